@@ -1,0 +1,56 @@
+# The course's entry points. `make demo` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export TF_CPP_MIN_LOG_LEVEL := 2
+export TF_ENABLE_ONEDNN_OPTS := 0
+
+.PHONY: setup demo lab test test-fast bench bench-quick lint format strip release clean
+
+## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+## demo: the main job: release every assignment, grade the bundled sample submissions, print the grade table
+demo: setup
+	$(PY) -m autograder demo
+
+## lab: open JupyterLab on the course
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=.
+
+## test: lint, then the whole test suite
+test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest
+
+## bench: measure grading throughput, course run time and the lectures' speed claims (benchmarks/RESULTS.md)
+bench: setup
+	$(PY) -m benchmarks $(BENCH_ARGS)
+
+bench-quick: setup
+	$(PY) -m benchmarks --quick
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## strip: remove outputs from every notebook in git
+strip: setup
+	$(VENV)/bin/nbstripout $$(git ls-files '*.ipynb')
+
+## release: regenerate the student releases from source/
+release: setup
+	$(PY) -m autograder release
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

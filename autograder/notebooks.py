@@ -1,0 +1,69 @@
+"""Executing notebooks in a fresh kernel: the one routine that tests, benchmarks and the reference run share."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+# What every non-interactive run sets: quiet TensorFlow, no GUI backend for matplotlib.
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0", "MPLBACKEND": "Agg", "PYTHONWARNINGS": ""}
+
+
+@dataclass
+class Execution:
+    notebook: nbformat.NotebookNode
+    seconds: float
+    workdir: Path
+
+
+def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a kernel: this one, quieted, with this Python's bin/ first on PATH."""
+    env = dict(os.environ)
+    env.update(QUIET_ENV)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.update(extra or {})
+    return env
+
+
+def execute_notebook(
+    path: str | Path,
+    timeout: float = 120,
+    workdir: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    allow_errors: bool = False,
+) -> Execution:
+    """Run a notebook top to bottom in a fresh kernel, in ``workdir`` (a new temporary folder by
+    default, so runs leave nothing in the repository), and return the executed notebook.
+
+    ``timeout`` bounds each cell. Raises nbclient's ``CellExecutionError`` on the first error unless
+    ``allow_errors``.
+    """
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(str(path), as_version=4)
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="nbrun-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(workdir)}},
+    )
+    start = time.perf_counter()
+    client.execute(env=kernel_env(env), cwd=str(workdir))
+    return Execution(nb, time.perf_counter() - start, workdir)
+
+
+def copy_tree_clean(src: Path, dst: Path) -> None:
+    """Copy a folder, replacing whatever was at ``dst``."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)

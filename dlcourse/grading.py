@@ -1,0 +1,294 @@
+"""The test format of the graded assignments: one format for the student, nbgrader and the trusted grader.
+
+A test cell in an assignment's source looks like this::
+
+    # public: the student can read and run these
+    out, _ = affine_forward(x, w, b)
+    check("affine_forward.small", out, expected=[[1.5, -0.5], [3.0, 1.0]])
+    ### BEGIN HIDDEN TESTS
+    rng = np.random.default_rng(101)
+    x, w, b = rng.normal(size=(7, 3, 2)), rng.normal(size=(6, 4)), rng.normal(size=4)
+    check("affine_forward.random_3d", affine_forward(x, w, b)[0])
+    ### END HIDDEN TESTS
+
+Each ``check`` names a *case*, and gives the value the student's code produced on inputs the test
+chose. Hidden cases carry no expected value and no reference code: the expected value is what the
+source's own solution produced on the same inputs, recorded once by a reference run. So the hidden
+test code that reaches a student's kernel reveals inputs, never answers.
+
+The same call does the right thing in each of four places, chosen by the environment:
+
+======================  ==========================================================================
+student (no variables)  public cases are compared with ``expected`` and explained in plain words;
+                        hidden cases never reach a student
+``DLCOURSE_REFERENCE``  nbgrader's in-kernel run: every case is compared with the reference values
+                        in that directory, and a mismatch raises ``AssertionError`` (nbgrader's
+                        verdict)
+``DLCOURSE_CAPTURE``    the trusted grader's run: the value is written, as plain data (``.npy``
+                        without pickle), to that directory. Public cases still raise on mismatch
+                        (the in-kernel second opinion); points are decided outside the kernel by
+                        :func:`compare` on the captured data
+reference run           the grader runs the source with ``DLCOURSE_CAPTURE`` and marks each test
+                        cell with :func:`begin_cell`; the recorded values and each case's kind and
+                        tolerance become the reference
+======================  ==========================================================================
+
+The kinds of case: :func:`check` (values close within rtol/atol), :func:`check_equal` (exactly equal:
+integers, strings, booleans, shapes), :func:`check_range` (a scalar within bounds), and
+:func:`check_accuracy` (predictions whose accuracy against labels is at least a threshold). The kind
+and its parameters are always taken from the reference, never from the student's kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dlcourse.closeness import close_report, to_numpy
+
+CAPTURE_ENV = "DLCOURSE_CAPTURE"
+REFERENCE_ENV = "DLCOURSE_REFERENCE"
+CASES_FILE = "cases.jsonl"
+MAX_CASE_ELEMENTS = 2_000_000  # a case is a result to compare, not a data dump
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,120}$")
+
+_current_cell: str | None = None
+_session: dict[str, str] = {}  # case name -> "passed" / "failed" / "recorded", for summary()
+
+
+class GradingError(AssertionError):
+    """A case failed; the message says what was expected, in plain words."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A case as the reference records it: its kind and parameters, and which test cell it belongs to."""
+
+    name: str
+    kind: str
+    params: dict
+    cell: str | None = None
+
+
+def plain_value(value) -> np.ndarray:
+    """Turn a result into plain data that numpy saves without pickle, or raise TypeError."""
+    if isinstance(value, tuple | list) and value and all(_is_tensorish(v) for v in value):
+        arrays = [to_numpy(v) for v in value]
+        if len({a.shape for a in arrays}) > 1:
+            raise TypeError("a case holds one array; check the items of a tuple of different shapes one by one")
+        value = np.stack(arrays)
+    elif isinstance(value, tuple | list | bool | int | float | str | np.generic):
+        value = np.asarray(value)
+    arr = to_numpy(value) if _is_tensorish(value) else np.asarray(value)
+    if arr.dtype == object or arr.dtype.kind == "V":
+        raise TypeError(f"cannot record a value of type {type(value).__name__} as plain data")
+    if arr.size > MAX_CASE_ELEMENTS:
+        raise TypeError(f"value has {arr.size} elements; a case may hold at most {MAX_CASE_ELEMENTS}")
+    return arr
+
+
+def _is_tensorish(value) -> bool:
+    return type(value).__module__.split(".")[0] in ("torch", "tensorflow", "numpy") or isinstance(value, np.ndarray)
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+def begin_cell(cell_id: str) -> None:
+    """Mark the start of a graded test cell (the reference run inserts this call)."""
+    global _current_cell
+    _current_cell = cell_id
+
+
+def _record(directory: Path, name: str, kind: str, params: dict, value: np.ndarray) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    index = sum(1 for _ in directory.glob("*.npy"))
+    filename = f"{index:04d}.npy"
+    np.save(directory / filename, value, allow_pickle=False)
+    entry = {"name": name, "kind": kind, "params": params, "file": filename, "cell": _current_cell}
+    with open(directory / CASES_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry) + "\n")
+
+
+def load_cases(directory: Path | str, max_bytes: int = 256 * 2**20) -> tuple[dict[str, Case], dict[str, np.ndarray], list[str]]:
+    """Read a capture or reference directory defensively: ``(cases, values, problems)``.
+
+    Meant for data written by untrusted code: never unpickles, skips malformed lines, duplicate names
+    (the first one counts), files outside the directory and oversized files, and lists each problem.
+    """
+    directory = Path(directory)
+    cases: dict[str, Case] = {}
+    values: dict[str, np.ndarray] = {}
+    problems: list[str] = []
+    index = directory / CASES_FILE
+    if not index.is_file():
+        return cases, values, ["no results were recorded"]
+    if index.stat().st_size > 16 * 2**20:
+        return cases, values, ["the results index is implausibly large; ignored"]
+    total = 0
+    for number, line in enumerate(index.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            entry = json.loads(line)
+            name, kind, filename = str(entry["name"]), str(entry["kind"]), str(entry["file"])
+            params = entry.get("params") or {}
+            cell = entry.get("cell")
+            if not isinstance(params, dict) or not NAME_PATTERN.match(name):
+                raise ValueError("bad name or parameters")
+        except (ValueError, KeyError, TypeError):
+            problems.append(f"line {number} of the results index is malformed")
+            continue
+        if name in cases:
+            problems.append(f"case {name!r} was recorded more than once; the first one counts")
+            continue
+        path = directory / filename
+        if "/" in filename or not re.fullmatch(r"\d{4,6}\.npy", filename) or not path.is_file():
+            problems.append(f"case {name!r}: its data file is missing or misnamed")
+            continue
+        size = path.stat().st_size
+        total += size
+        if total > max_bytes:
+            problems.append("recorded results exceed the size limit; the rest were ignored")
+            break
+        try:
+            values[name] = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            problems.append(f"case {name!r}: unreadable data ({type(err).__name__})")
+            continue
+        cases[name] = Case(name, kind, params, cell if isinstance(cell, str) else None)
+    return cases, values, problems
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def compare(case: Case, reference, got) -> str | None:
+    """None when ``got`` satisfies ``case`` (with ``reference``, the source solution's value), else why not.
+
+    Used in the kernel for nbgrader's verdict and, on plain data, by the trusted grader.
+    """
+    p = case.params
+    if case.kind == "close":
+        return close_report(got, reference, rtol=p.get("rtol", 1e-5), atol=p.get("atol", 1e-8), name=case.name)
+    if case.kind == "equal":
+        a, e = np.asarray(got), np.asarray(reference)
+        if a.shape == e.shape and (a.dtype.kind in "US") == (e.dtype.kind in "US") and np.array_equal(a, e):
+            return None
+        return f"{case.name}: got {_short(a)}, expected {_short(e)}"
+    if case.kind == "range":
+        a = np.asarray(got)
+        if a.size != 1 or a.dtype.kind not in "biuf":
+            return f"{case.name}: expected one number, got {_short(a)}"
+        x = float(a.reshape(()))
+        low, high = p.get("low"), p.get("high")
+        if not np.isfinite(x) or (low is not None and x < low) or (high is not None and x > high):
+            bounds = " and ".join(s for s in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if s)
+            return f"{case.name}: got {x:.6g}, which should be {bounds}"
+        return None
+    if case.kind == "accuracy":
+        labels = np.asarray(p["labels"])
+        preds = np.asarray(got)
+        if preds.shape != labels.shape:
+            return f"{case.name}: {labels.size} predictions expected, got shape {preds.shape}"
+        accuracy = float(np.mean(preds == labels))
+        if accuracy < p["at_least"]:
+            return f"{case.name}: accuracy {accuracy:.1%}, needs at least {p['at_least']:.0%}"
+        return None
+    return f"{case.name}: unknown kind of case {case.kind!r}"
+
+
+def _short(a: np.ndarray) -> str:
+    text = np.array2string(a, threshold=8, precision=5) if a.ndim else repr(a.item())
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+# ----------------------------------------------------------------------------- the calls in test cells
+
+
+def check(name: str, got, expected=None, *, rtol: float = 1e-5, atol: float = 1e-8) -> None:
+    """Case ``name``: ``got`` must be close to ``expected`` (public) or to the reference (hidden)."""
+    _case(name, "close", {"rtol": rtol, "atol": atol}, got, expected)
+
+
+def check_equal(name: str, got, expected=None) -> None:
+    """Case ``name``: ``got`` must equal ``expected`` exactly (integers, strings, booleans, shapes)."""
+    _case(name, "equal", {}, got, expected)
+
+
+def check_range(name: str, got, low: float | None = None, high: float | None = None) -> None:
+    """Case ``name``: the number ``got`` must lie within ``[low, high]``."""
+    _case(name, "range", {"low": low, "high": high}, got, None, public=True)
+
+
+def check_accuracy(name: str, predictions, labels, at_least: float) -> None:
+    """Case ``name``: ``predictions`` must match ``labels`` on at least the fraction ``at_least``."""
+    labels = plain_value(labels)
+    _case(name, "accuracy", {"labels": labels.tolist(), "at_least": at_least}, predictions, None, public=True)
+
+
+def _case(name: str, kind: str, params: dict, got, expected, public: bool | None = None) -> None:
+    if not NAME_PATTERN.match(name):
+        raise ValueError(f"case names use letters, digits and . _ - [ ], not {name!r}")
+    public = expected is not None if public is None else public
+    case = Case(name, kind, params, _current_cell)
+    try:
+        value = plain_value(got)
+    except TypeError as err:
+        _session[name] = "failed"
+        raise GradingError(f"{name}: {err}") from None
+
+    capture = os.environ.get(CAPTURE_ENV)
+    if capture:
+        _record(Path(capture), name, kind, params, value)
+        _session[name] = "recorded"
+        if public:
+            _verdict(case, expected if expected is not None else value, value)
+        return
+    reference_dir = os.environ.get(REFERENCE_ENV)
+    if reference_dir:
+        _verdict(case, _reference_value(Path(reference_dir), name), value)
+        return
+    if not public:
+        raise GradingError(
+            f"{name} is a hidden case: it is graded against the reference solution, which only the grader has"
+        )
+    _verdict(case, expected, value)
+
+
+def _verdict(case: Case, reference, value) -> None:
+    problem = compare(case, None if reference is None else plain_value(reference), value)
+    _session[case.name] = "failed" if problem else "passed"
+    if problem:
+        raise GradingError(problem)
+    print(f"\u2713 {case.name}")
+
+
+_reference_cache: dict[str, tuple[dict, dict]] = {}
+
+
+def _reference_value(directory: Path, name: str):
+    key = str(directory)
+    if key not in _reference_cache:
+        cases, values, _ = load_cases(directory)
+        _reference_cache[key] = (cases, values)
+    cases, values = _reference_cache[key]
+    if name not in values:
+        raise GradingError(f"{name}: the reference has no such case (is DLCOURSE_REFERENCE the right assignment?)")
+    return values[name]
+
+
+def summary() -> None:
+    """Print which checks of this session passed, failed or are still to be run."""
+    if not _session:
+        print("No checks have run yet: run the test cells below your solutions.")
+        return
+    width = max(map(len, _session))
+    for name, status in _session.items():
+        mark = {"passed": "\u2713", "failed": "\u2717"}.get(status, "\u2022")
+        print(f"{mark} {name:<{width}}  {status}")
+    failed = sum(s == "failed" for s in _session.values())
+    print(f"{len(_session) - failed} of {len(_session)} checks passed or recorded, {failed} failed.")
