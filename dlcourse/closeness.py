@@ -67,12 +67,13 @@ def close_report(actual, expected, rtol: float = 1e-5, atol: float = 1e-8, name:
     bad = ~np.isclose(a64, e64, rtol=rtol, atol=atol, equal_nan=True)
     if not bad.any():
         return None
-    diff = np.abs(a64 - e64)
+    diff = np.abs(a64 - e64).reshape(-1)
     diff[~np.isfinite(diff)] = 0.0
-    worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), a.shape) if a.ndim else ()
+    flat = int(np.argmax(np.where(bad.reshape(-1), diff, -1.0)))
+    worst = tuple(int(i) for i in np.unravel_index(flat, a.shape))
     return (
         f"{name}: {int(bad.sum())} of {a.size} entries differ (rtol={rtol:g}, atol={atol:g}); "
-        f"worst at index {tuple(int(i) for i in worst)}: got {a64[worst]:.6g}, expected {e64[worst]:.6g}. "
+        f"worst at index {worst}: got {a64.reshape(-1)[flat]:.6g}, expected {e64.reshape(-1)[flat]:.6g}. "
         f"Got {describe(actual)}."
     )
 

@@ -250,7 +250,8 @@ def _case(name: str, kind: str, params: dict, got, expected, public: bool | None
         return
     reference_dir = os.environ.get(REFERENCE_ENV)
     if reference_dir:
-        _verdict(case, _reference_value(Path(reference_dir), name), value)
+        reference_case, reference_value = _reference(Path(reference_dir), name)
+        _verdict(reference_case, reference_value, value)
         return
     if not public:
         raise GradingError(
@@ -270,7 +271,8 @@ def _verdict(case: Case, reference, value) -> None:
 _reference_cache: dict[str, tuple[dict, dict]] = {}
 
 
-def _reference_value(directory: Path, name: str):
+def _reference(directory: Path, name: str) -> tuple[Case, np.ndarray]:
+    """The reference's case (kind and parameters as the source set them) and its value."""
     key = str(directory)
     if key not in _reference_cache:
         cases, values, _ = load_cases(directory)
@@ -278,7 +280,7 @@ def _reference_value(directory: Path, name: str):
     cases, values = _reference_cache[key]
     if name not in values:
         raise GradingError(f"{name}: the reference has no such case (is DLCOURSE_REFERENCE the right assignment?)")
-    return values[name]
+    return cases[name], values[name]
 
 
 def summary() -> None:

@@ -15,3 +15,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def tf():
+    """TensorFlow, imported once per test session (its import takes seconds)."""
+    return pytest.importorskip("tensorflow")

@@ -1,0 +1,65 @@
+"""Where things live: the course directory, its assignments, and the grader's workspace."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Course:
+    """A course directory laid out as nbgrader expects, with the release directory ``assignments``."""
+
+    root: Path = ROOT
+    workspace: Path | None = None
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source"
+
+    @property
+    def release(self) -> Path:
+        return self.root / "assignments"
+
+    @property
+    def work(self) -> Path:
+        """The grader's own files (references, runs, results); git-ignored, never visible to students."""
+        return self.workspace or self.root / ".grading"
+
+    @property
+    def db_url(self) -> str:
+        return os.environ.get("DLCOURSE_DB_URL", "sqlite:///" + str(self.root / "gradebook.db"))
+
+    def assignments(self) -> list[str]:
+        return sorted(p.name for p in self.source.iterdir() if (p / f"{p.name}.ipynb").is_file())
+
+    def source_notebook(self, aid: str) -> Path:
+        path = self.source / aid / f"{aid}.ipynb"
+        if not path.is_file():
+            known = ", ".join(self.assignments()) or "none"
+            raise FileNotFoundError(f"no assignment {aid!r} in {self.source} (known: {known})")
+        return path
+
+    def release_notebook(self, aid: str) -> Path:
+        return self.release / aid / f"{aid}.ipynb"
+
+    def read_source(self, aid: str) -> nbformat.NotebookNode:
+        return nbformat.read(str(self.source_notebook(aid)), as_version=4)
+
+
+def nbgrader_meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def is_graded_test(cell) -> bool:
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade")) and not meta.get("solution") and cell.get("cell_type") == "code"
+
+
+def is_solution(cell) -> bool:
+    return bool(nbgrader_meta(cell).get("solution"))

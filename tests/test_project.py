@@ -1,0 +1,101 @@
+"""The project's own habits: pins agree, the package's requirements stay ranges, notebooks carry no
+outputs, every notebook opens with the same set-up cell, and CI runs the README's test command."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from dlcourse.runtime import PACKAGE_SPEC, SETUP_CELL
+
+ROOT = Path(__file__).resolve().parents[1]
+PIN = re.compile(r"^\s*-?\s*([A-Za-z0-9_.\-\[\]]+)==([^\s#]+)")
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = {}
+    for line in path.read_text().splitlines():
+        match = PIN.match(line)
+        if match:
+            found[match.group(1).lower()] = match.group(2)
+    return found
+
+
+def tracked(pattern: str) -> list[Path]:
+    out = subprocess.run(["git", "ls-files", pattern], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    return [ROOT / p for p in out]
+
+
+def test_environment_yml_and_requirements_pin_the_same_versions():
+    pip_pins = pins(ROOT / "requirements.txt")
+    conda_pins = pins(ROOT / "environment.yml")
+    assert pip_pins == conda_pins
+    assert pip_pins["torch"] == "2.13.0"  # the CPU wheel on disk; a looser pin downloads GBs of CUDA
+
+
+def test_package_dependencies_are_ranges_and_never_force_a_framework():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for requirement in project["dependencies"]:
+        assert "==" not in requirement, requirement
+        assert not requirement.startswith(("torch", "tensorflow")), "frameworks belong in extras"
+    extras = project["optional-dependencies"]
+    assert {"torch", "tf", "grader", "dev"} <= set(extras)
+    assert all("==" not in r for reqs in extras.values() for r in reqs)
+
+
+def test_committed_notebooks_have_no_outputs():
+    notebooks = tracked("*.ipynb")
+    assert notebooks, "no notebooks are tracked"
+    dirty = []
+    for path in notebooks:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
+                dirty.append(path.relative_to(ROOT).as_posix())
+                break
+    assert not dirty, f"strip outputs (make strip): {dirty}"
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((ROOT / "lectures").glob("*.ipynb")) + sorted(ROOT.glob("source/*/*.ipynb")) + sorted(ROOT.glob("assignments/*/*.ipynb")),
+    ids=lambda p: p.name,
+)
+def test_every_notebook_opens_with_the_set_up_cell(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    first = nb["cells"][0]
+    assert first["cell_type"] == "code"
+    assert "".join(first["source"]) == SETUP_CELL
+    assert PACKAGE_SPEC in SETUP_CELL and "google.colab" in SETUP_CELL  # one pinned reference, Colab only
+
+
+def test_set_up_cell_installs_nothing_locally(tmp_path):
+    """Run the set-up cell's code in a plain IPython shell: with no Colab and no DLCOURSE_PIP, no pip runs."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "from IPython.testing.globalipapp import start_ipython\n"
+        "ip = start_ipython()\n"
+        "calls = []\n"
+        "ip.register_magic_function(lambda line: calls.append(line), 'line', 'pip')\n"
+        f"result = ip.run_cell({SETUP_CELL!r})\n"
+        "assert result.success, result.error_in_exec\n"
+        "print('PIP CALLS', calls)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    import sys
+
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "PIP CALLS []" in done.stdout and "Python" in done.stdout
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"^\s*(make \w+)\s*$", readme.split("##", 1)[0], flags=re.M)
+    assert commands[:2] == ["make demo", "make test"]
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
