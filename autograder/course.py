@@ -17,6 +17,7 @@ class Course:
 
     root: Path = ROOT
     workspace: Path | None = None
+    db: str | None = None  # a gradebook URL; default: $DLCOURSE_DB_URL for this course, else SQLite in the root
 
     @property
     def source(self) -> Path:
@@ -32,8 +33,17 @@ class Course:
         return self.workspace or self.root / ".grading"
 
     @property
+    def reference_dir(self) -> Path:
+        """References are cached by a hash of the source, so every workspace can share one cache."""
+        return Path(os.environ.get("DLCOURSE_REFERENCE_CACHE", ROOT / ".grading" / "reference"))
+
+    @property
     def db_url(self) -> str:
-        return os.environ.get("DLCOURSE_DB_URL", "sqlite:///" + str(self.root / "gradebook.db"))
+        if self.db:
+            return self.db
+        if self.root == ROOT and "DLCOURSE_DB_URL" in os.environ:
+            return os.environ["DLCOURSE_DB_URL"]
+        return "sqlite:///" + str(self.root / "gradebook.db")
 
     def assignments(self) -> list[str]:
         return sorted(p.name for p in self.source.iterdir() if (p / f"{p.name}.ipynb").is_file())

@@ -66,7 +66,7 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
 
 def build_reference(course: Course, aid: str, force: bool = False, timeout: float = 300) -> Reference:
     """Return the reference of ``aid``, running the source only if it changed since the last build."""
-    target = course.work / "reference" / aid
+    target = course.reference_dir / aid
     digest = source_digest(course, aid)
     stamp = target / STAMP_FILE
     if not force and stamp.is_file() and stamp.read_text() == digest:

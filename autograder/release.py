@@ -17,7 +17,7 @@ def nbgrader_env(course: Course) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env.setdefault("DLCOURSE_DB_URL", course.db_url)
+    env["DLCOURSE_DB_URL"] = course.db_url
     return env
 
 

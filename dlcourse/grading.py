@@ -73,6 +73,7 @@ class Case:
     kind: str
     params: dict
     cell: str | None = None
+    public: bool = False
 
 
 def plain_value(value) -> np.ndarray:
@@ -105,12 +106,12 @@ def begin_cell(cell_id: str) -> None:
     _current_cell = cell_id
 
 
-def _record(directory: Path, name: str, kind: str, params: dict, value: np.ndarray) -> None:
+def _record(directory: Path, name: str, kind: str, params: dict, value: np.ndarray, public: bool) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     index = sum(1 for _ in directory.glob("*.npy"))
     filename = f"{index:04d}.npy"
     np.save(directory / filename, value, allow_pickle=False)
-    entry = {"name": name, "kind": kind, "params": params, "file": filename, "cell": _current_cell}
+    entry = {"name": name, "kind": kind, "params": params, "file": filename, "cell": _current_cell, "public": public}
     with open(directory / CASES_FILE, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry) + "\n")
 
@@ -159,7 +160,7 @@ def load_cases(directory: Path | str, max_bytes: int = 256 * 2**20) -> tuple[dic
         except (ValueError, OSError, EOFError) as err:
             problems.append(f"case {name!r}: unreadable data ({type(err).__name__})")
             continue
-        cases[name] = Case(name, kind, params, cell if isinstance(cell, str) else None)
+        cases[name] = Case(name, kind, params, cell if isinstance(cell, str) else None, entry.get("public") is True)
     return cases, values, problems
 
 
@@ -243,7 +244,7 @@ def _case(name: str, kind: str, params: dict, got, expected, public: bool | None
 
     capture = os.environ.get(CAPTURE_ENV)
     if capture:
-        _record(Path(capture), name, kind, params, value)
+        _record(Path(capture), name, kind, params, value, public)
         _session[name] = "recorded"
         if public:
             _verdict(case, expected if expected is not None else value, value)

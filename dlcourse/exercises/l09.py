@@ -14,7 +14,7 @@ from dlcourse.selfcheck import Checker
 
 
 def _small_problem(seed: int = 9):
-    """Small random inputs, targets and weights for a two-layer net: x (5, 7), y (5, 3), w1 (7, 4), w2 (4, 3)."""
+    """Small random data and weights for a two-layer net: x (5, 7), y (5, 3), w1 (7, 4), w2 (4, 3)."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((5, 7)).astype(np.float32)
     y = rng.standard_normal((5, 3)).astype(np.float32)
@@ -27,7 +27,8 @@ def two_layer_grads(c: Checker, fn) -> None:
     """``fn(x, y, w1, w2) -> (loss, grad_w1, grad_w2)`` for the lecture's loss
     ``mean over rows of sum over columns of (relu(x @ w1) @ w2 - y) ** 2``, with ``tf.GradientTape``.
 
-    ``x`` and ``y`` arrive as ``tf.Tensor``, ``w1`` and ``w2`` as ``tf.Variable``; the weights must not change.
+    ``x`` and ``y`` arrive as ``tf.Tensor``, ``w1`` and ``w2`` as ``tf.Variable``; the weights must not
+    change.
     """
     import tensorflow as tf
     import torch
@@ -89,7 +90,7 @@ def keras_two_layer(c: Checker, fn) -> None:
     ):
         return
 
-    # Random weights (not Keras's initial ones, whose zero biases hide mistakes) and an independent numpy forward pass.
+    # Random weights (Keras's zero initial biases would hide mistakes) and an independent numpy forward pass.
     rng = np.random.default_rng(19)
     values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     for variable, value in zip(model.trainable_variables, values):

@@ -1,0 +1,134 @@
+"""The process that runs inside the sandbox: start a kernel, warm it up, then run one notebook.
+
+Protocol with the grader: print ``READY`` once the kernel is up and the frameworks are imported (so
+the grader can start the next submission's kernel while another one runs); then read one line, the
+path of the notebook to run; run it cell by cell with a per-cell timeout, keeping outputs short; write
+``run.json`` (plain data: per-cell status, error names and messages, short outputs) and exit.
+
+This is trusted code, but everything it writes lives in the scratch directory that the student's
+kernel shares, so the grader treats it as untrusted input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+READY = "DLCOURSE-CHILD-READY"
+MAX_OUTPUT_CHARS = 20_000  # per cell; the rest is dropped with a note
+
+
+def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None) -> None:
+    """Become ``uid`` (when started as root) and set the resource limits every process below inherits."""
+    if uid is not None and os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    if memory_mb:
+        limit = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
+
+
+def make_client(cell_timeout: float):
+    import nbformat
+    from nbclient import NotebookClient
+
+    class LimitedClient(NotebookClient):
+        """Keeps at most MAX_OUTPUT_CHARS of output per cell, so a flood cannot exhaust memory."""
+
+        def output(self, outs, msg, display_id, cell_index):
+            size = sum(len(json.dumps(o.get("data", o.get("text", "")))) for o in outs)
+            if size > MAX_OUTPUT_CHARS:
+                if not any(o.get("name") == "truncated" for o in outs):
+                    outs.append(nbformat.v4.new_output("stream", name="truncated", text="[output truncated]\n"))
+                return None
+            return super().output(outs, msg, display_id, cell_index)
+
+    nb = nbformat.v4.new_notebook()
+    return LimitedClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=False)
+
+
+def short(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[:limit] + " [...]"
+
+
+def run_cells(client, nb, results: list[dict]) -> None:
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    client.nb = nb
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        entry = {"index": index, "grade_id": cell.metadata.get("nbgrader", {}).get("grade_id"), "status": "ok"}
+        results.append(entry)
+        try:
+            client.execute_cell(cell, index)
+        except CellTimeoutError:
+            entry.update(status="timeout", error="the cell ran longer than the per-cell time limit")
+            raise
+        except DeadKernelError:
+            entry.update(status="died", error="the kernel died (the code exited, crashed, or ran out of memory)")
+            raise
+        texts = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                entry.update(status="error", ename=short(str(out.get("ename")), 200), evalue=short(str(out.get("evalue"))))
+            elif out.get("output_type") == "stream":
+                texts.append(str(out.get("text", "")))
+            elif "text/plain" in out.get("data", {}):
+                texts.append(str(out["data"]["text/plain"]))
+        entry["output"] = short("".join(texts), 4000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scratch", required=True)
+    parser.add_argument("--uid", type=int)
+    parser.add_argument("--nproc", type=int)
+    parser.add_argument("--memory", type=int)
+    parser.add_argument("--cell-timeout", type=float, default=120)
+    parser.add_argument("--warm", default="numpy")
+    args = parser.parse_args()
+    drop_privileges(args.uid, args.nproc, args.memory)
+
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    scratch = Path(args.scratch)
+    work = scratch / "work"
+    client = make_client(args.cell_timeout)
+    summary: dict = {"cells": [], "stopped": None}
+    with client.setup_kernel(cwd=str(work)):
+        warm = nbformat.v4.new_code_cell("\n".join(f"import {name}" for name in args.warm.split(",") if name))
+        client.nb.cells = [warm]
+        client.execute_cell(warm, 0)
+        print(READY, flush=True)
+        path = sys.stdin.readline().strip()
+        if not path:
+            return
+        nb = nbformat.read(path, as_version=4)
+        try:
+            run_cells(client, nb, summary["cells"])
+        except (CellTimeoutError, DeadKernelError) as err:
+            summary["stopped"] = type(err).__name__
+        except Exception as err:  # the runner itself failed: say so, never hide it
+            summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
+        (scratch / "run.json").write_text(json.dumps(summary))
+        try:
+            nbformat.write(nb, str(scratch / "executed.ipynb"))
+        except Exception:
+            pass
+        if summary["stopped"]:
+            client.km.shutdown_kernel(now=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""``python -m autograder``: the command line, which only wires the stages together."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from autograder.course import Course
+from autograder.sandbox import Limits, isolation_description
+
+SYMBOL = {"graded": "\u2713", "flagged": "!", "timeout": "\u231b", "memory": "M", "crashed": "\u2717",
+          "unreadable": "\u2717", "error": "E"}  # fmt: skip
+
+
+def status_line(result: dict) -> str:
+    return (
+        f"{SYMBOL.get(result['status'], '?')} {result['student_id']:<20} {result['score']:>6g}/{result['max_score']:<4g} "
+        f"{result['status']:<10} {result['reason'][:90]}"
+    )
+
+
+def grade_table(rows: list[dict]) -> str:
+    lines = [f"{'student':<20} {'score':>11}  {'status':<10} reason", "-" * 90]
+    lines += [
+        f"{r['student_id']:<20} {r['score']:>6g}/{r['max_score']:<4g}  {r['status']:<10} {r['reason'][:70]}"
+        for r in sorted(rows, key=lambda r: r["student_id"])
+    ]
+    return "\n".join(lines)
+
+
+def limits_from(args) -> Limits:
+    import os
+
+    cores = os.cpu_count() or 1
+    return Limits(
+        timeout=args.timeout,
+        cell_timeout=min(args.cell_timeout, args.timeout),
+        memory_mb=args.memory,
+        threads=max(1, cores // max(1, args.workers)),
+    )
+
+
+def run_grading(course: Course, aid: str, args, students=None) -> list[dict]:
+    from tqdm import tqdm
+
+    from autograder.pipeline import grade, submissions
+
+    total = len(submissions(course, aid, students))
+    print(f"isolation: {isolation_description(not args.no_sandbox)}")
+    with tqdm(total=total, desc=f"grading {aid}", unit="nb", file=sys.stderr, disable=None) as bar:
+
+        def show(result: dict) -> None:
+            bar.write(status_line(result))
+            bar.update(1)
+
+        rows = grade(course, aid, workers=args.workers, limits=limits_from(args), students=students,
+                     force=args.force, scheduler=args.scheduler, use_bwrap=not args.no_sandbox, on_result=show)  # fmt: skip
+        bar.update(total - bar.n)
+    skipped = total - len(rows)
+    if skipped:
+        print(f"{skipped} submission(s) already graded and unchanged: skipped (use --force to grade again)")
+    return rows
+
+
+def add_grading_options(p: argparse.ArgumentParser) -> None:
+    import os
+
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel submissions (default: cores)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds for a whole notebook (default 600)")
+    p.add_argument("--cell-timeout", type=float, default=180, help="seconds for one cell (default 180)")
+    p.add_argument("--memory", type=int, default=4096, help="MB of memory per submission (default 4096)")
+    p.add_argument("--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)")
+    p.add_argument("--force", action="store_true", help="grade again even if already graded")
+    p.add_argument("--no-sandbox", action="store_true", help="do not use bubblewrap even if installed (rlimits only)")
+
+
+def cmd_release(args) -> int:
+    from autograder.release import release
+
+    for path in release(Course(), args.aids or None):
+        print(f"released {path.relative_to(Course().root)}")
+    return 0
+
+
+def cmd_reference(args) -> int:
+    from autograder.reference import build_reference
+
+    for aid in args.aids or Course().assignments():
+        ref = build_reference(Course(), aid, force=args.force)
+        print(f"{aid}: {len(ref.cases)} cases in {len(ref.cells)} graded cells, {ref.max_score:g} points")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    from autograder.collect import collect
+
+    found = collect(Course(), args.aid, Path(args.path), args.pattern)
+    for note in found.notes:
+        print(f"note: {note}")
+    print(f"collected {len(found.students)} submission(s) of {args.aid}: {', '.join(sorted(found.students))}")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    rows = run_grading(Course(), args.aid, args, args.student or None)
+    if rows:
+        print(grade_table(rows))
+    return 0
+
+
+def cmd_feedback(args) -> int:
+    from autograder.feedback import write_feedback
+
+    written = write_feedback(Course(), args.aid)
+    print(f"wrote {len(written)} feedback page(s) under feedback/")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from autograder.export import export_canvas, export_nbgrader
+
+    target = Path(args.to)
+    if args.format == "canvas":
+        export_canvas(Course(), target, args.assignment or None)
+    else:
+        export_nbgrader(Course(), target.resolve())
+    print(f"wrote {target}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from autograder.report import write_report
+
+    text, png = write_report(Course(), args.aid, Path(args.out))
+    print(text)
+    print(f"histogram: {png}")
+    return 0
+
+
+def cmd_gradescope(args) -> int:
+    from autograder.gradescope import build_package
+
+    print(f"wrote {build_package(Course(), args.aid, Path(args.to))}")
+    return 0
+
+
+def cmd_gradescope_run(args) -> int:
+    from autograder.gradescope import run_on_gradescope
+
+    data = run_on_gradescope(Course(), args.aid, Path(args.submission), Path(args.results))
+    print(f"score {data['score']:g}: {data['output']}")
+    return 0
+
+
+def throwaway_course(aids: list[str]) -> Course:
+    """A temporary course directory with the given assignments' sources, released there."""
+    from autograder.release import release
+
+    main = Course()
+    root = Path(tempfile.mkdtemp(prefix="dlcourse-course-"))
+    shutil.copy(main.root / "nbgrader_config.py", root)
+    for aid in aids:
+        shutil.copytree(main.source_notebook(aid).parent, root / "source" / aid)
+    course = Course(root=root)
+    release(course, aids)
+    return course
+
+
+def run_pipeline(aid: str, submissions: Path, out: Path, args) -> list[dict]:
+    """Collect, grade, feedback and export in a throwaway workspace; keep only ``out``."""
+    from autograder.collect import collect
+    from autograder.export import write_results_csv
+    from autograder.feedback import write_feedback
+
+    course = throwaway_course([aid])
+    try:
+        found = collect(course, aid, submissions)
+        for note in found.notes:
+            print(f"note: {note}")
+        rows = run_grading(course, aid, args)
+        out.mkdir(parents=True, exist_ok=True)
+        write_results_csv(course, aid, out / "grades.csv")
+        write_feedback(course, aid, out / "feedback")
+        shutil.copytree(course.work / "results" / aid, out / "results", dirs_exist_ok=True)
+    finally:
+        shutil.rmtree(course.root, ignore_errors=True)
+    return rows
+
+
+def cmd_run(args) -> int:
+    rows = run_pipeline(args.aid, Path(args.submissions), Path(args.out), args)
+    print(grade_table(rows))
+    print(f"grades: {Path(args.out) / 'grades.csv'}; feedback: {Path(args.out) / 'feedback'}")
+    return 0 if all(r.get("status") for r in rows) else 1
+
+
+def cmd_demo(args) -> int:
+    from autograder.demo import demo
+
+    return demo(Path(args.out), args)
+
+
+def cmd_samples(args) -> int:
+    from autograder.samples import write_samples
+
+    for aid in args.aids or Course().assignments():
+        for path in write_samples(Course(), aid):
+            print(f"wrote {path.relative_to(Course().root)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("release", help="generate student releases from source/ into assignments/")
+    p.add_argument("aids", nargs="*")
+    p.set_defaults(func=cmd_release)
+
+    p = sub.add_parser("reference", help="record the source solutions' results (done by grade when needed)")
+    p.add_argument("aids", nargs="*")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_reference)
+
+    p = sub.add_parser("collect", help="take a folder of notebooks or an LMS zip into submitted/")
+    p.add_argument("aid")
+    p.add_argument("path")
+    from autograder.collect import CANVAS_PATTERN
+
+    p.add_argument("--pattern", default=CANVAS_PATTERN, help="regex with a (?P<student>...) group for LMS file names")
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("grade", help="grade the collected submissions, sandboxed and in parallel")
+    p.add_argument("aid")
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    add_grading_options(p)
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("feedback", help="write an HTML feedback page per student")
+    p.add_argument("aid")
+    p.set_defaults(func=cmd_feedback)
+
+    p = sub.add_parser("export", help="export grades as CSV")
+    p.add_argument("--format", choices=["nbgrader", "canvas"], default="nbgrader")
+    p.add_argument("--to", required=True)
+    p.add_argument("--assignment", action="append", help="(canvas) only these assignments")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("report", help="pass rate per test and a score histogram")
+    p.add_argument("aid")
+    p.add_argument("--out", default="reports")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("gradescope", help="build a Gradescope autograder zip")
+    p.add_argument("aid")
+    p.add_argument("--to", required=True)
+    p.set_defaults(func=cmd_gradescope)
+
+    p = sub.add_parser("gradescope-run", help=argparse.SUPPRESS)
+    p.add_argument("aid")
+    p.add_argument("--submission", required=True)
+    p.add_argument("--results", required=True)
+    p.set_defaults(func=cmd_gradescope_run, workers=1)
+
+    p = sub.add_parser("run", help="collect, grade, feedback and export in a throwaway workspace")
+    p.add_argument("aid")
+    p.add_argument("submissions")
+    p.add_argument("--out", required=True)
+    add_grading_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="release everything and grade the bundled sample submissions")
+    p.add_argument("--out", default="demo-output")
+    add_grading_options(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("samples", help="regenerate the sample submissions in autograder/samples/")
+    p.add_argument("aids", nargs="*")
+    p.set_defaults(func=cmd_samples)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FileNotFoundError, KeyError, RuntimeError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,54 @@
+"""Stage 7, export: grades to CSV for nbgrader's own format, for Canvas, and the results table."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from autograder.course import Course
+from autograder.record import load_result
+from autograder.release import run_nbgrader
+
+RESULT_COLUMNS = ["student_id", "score", "max_score", "status", "reason"]
+
+
+def results(course: Course, aid: str) -> list[dict]:
+    directory = course.work / "results" / aid
+    found = [load_result(course, aid, p.stem) for p in sorted(directory.glob("*.json"))] if directory.is_dir() else []
+    return [r for r in found if r]
+
+
+def write_results_csv(course: Course, aid: str, target: Path) -> Path:
+    """``student_id,score,max_score,status,reason,flags``: one row per submission, whatever happened to it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([*RESULT_COLUMNS, "flags"])
+        for r in results(course, aid):
+            writer.writerow([r["student_id"], f"{r['score']:g}", f"{r['max_score']:g}", r["status"], r["reason"], "; ".join(r.get("flags", []))])
+    return target
+
+
+def export_canvas(course: Course, target: Path, aids: list[str] | None = None) -> Path:
+    """A CSV for Canvas's gradebook import: students by SIS Login ID, one column per assignment."""
+    aids = aids or course.assignments()
+    table: dict[str, dict[str, str]] = {}
+    maxima = {}
+    for aid in aids:
+        for r in results(course, aid):
+            table.setdefault(r["student_id"], {})[aid] = f"{r['score']:g}"
+            maxima[aid] = r["max_score"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *[f"{a} ({maxima.get(a, 100):g})" for a in aids]])
+        writer.writerow(["Points Possible", "", "", "", "", *[f"{maxima.get(a, 100):g}" for a in aids]])
+        for sid in sorted(table):
+            writer.writerow([sid, "", "", sid, "", *[table[sid].get(a, "") for a in aids]])
+    return target
+
+
+def export_nbgrader(course: Course, target: Path) -> Path:
+    """nbgrader's own CSV export of the gradebook (every assignment, every student)."""
+    run_nbgrader(course, "export", f"--to={target}", "--log-level=WARN")
+    return target

@@ -1,0 +1,86 @@
+"""Stage 6, feedback: one HTML page per student with test names, points, messages and the student's
+own code and output. Test code, hidden or public, never appears: nbgrader's own feedback shows hidden
+tests, so this page is built from the recorded results instead."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import Course, is_solution, nbgrader_meta
+from autograder.pipeline import STATUS_TEXT
+from autograder.record import load_result
+
+STYLE = """
+body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.4rem;text-align:left;vertical-align:top}
+.pass{color:#0a7d20}.fail{color:#b00020}pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap}
+.note{background:#fff8e1;padding:.5rem;border-left:4px solid #f0b400}
+"""
+
+
+def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
+    """(grade_id, the student's code, its text output) for each answer cell of the run notebook."""
+    path = course.root / "autograded" / sid / aid / f"{aid}.ipynb"
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception:
+        return []
+    answers = []
+    for cell in nb.cells:
+        if is_solution(cell):
+            texts = []
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream":
+                    texts.append(out.get("text", ""))
+                elif out.get("output_type") == "error":
+                    texts.append(f"{out.get('ename')}: {out.get('evalue')}")
+                elif "text/plain" in out.get("data", {}):
+                    texts.append(out["data"]["text/plain"])
+            answers.append((nbgrader_meta(cell).get("grade_id"), cell.source, "".join(texts)[:5000]))
+    return answers
+
+
+def render(course: Course, aid: str, result: dict) -> str:
+    e = html.escape
+    sid = result["student_id"]
+    rows = []
+    for cell in result.get("cells", []):
+        mark = '<span class="pass">passed</span>' if cell["passed"] else '<span class="fail">failed</span>'
+        rows.append(
+            f"<tr><td>{e(cell['grade_id'])}</td><td>{cell['points']:g} / {cell['max_points']:g}</td>"
+            f"<td>{mark}</td><td>{e(cell.get('message', ''))}</td></tr>"
+        )
+    notes = "".join(f"<li>{e(n)}</li>" for n in result.get("notes", []))
+    answers = "".join(
+        f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
+        for gid, code, out in _answers(course, aid, sid)
+    )
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: feedback for {e(sid)}</title>
+<style>{STYLE}</style></head><body>
+<h1>{e(aid)}: {result["score"]:g} / {result["max_score"]:g}</h1>
+<p>Student: <b>{e(sid)}</b>. Status: {e(STATUS_TEXT.get(result["status"], result["status"]))}. {e(result.get("reason", ""))}</p>
+{f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
+<h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
+<h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
+</body></html>"""
+
+
+def write_feedback(course: Course, aid: str, out_dir: Path | None = None) -> list[Path]:
+    """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student."""
+    written = []
+    results_dir = course.work / "results" / aid
+    for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
+        result = load_result(course, aid, path.stem)
+        if not result:
+            continue
+        if out_dir is None:
+            target = course.root / "feedback" / result["student_id"] / aid / f"{aid}.html"
+        else:
+            target = Path(out_dir) / f"{result['student_id']}.html"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(render(course, aid, result), encoding="utf-8")
+        written.append(target)
+    return written

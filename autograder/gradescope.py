@@ -1,0 +1,107 @@
+"""A Gradescope autograder package built from the same tests, and the results.json it writes.
+
+The zip holds ``setup.sh`` and ``run_autograder`` (Gradescope's entry points), this package, the
+assignment's source and release, and the pinned requirements. On Gradescope, ``run_autograder`` grades
+the uploaded notebook with the same sandboxed pipeline and writes ``/autograder/results/results.json``
+with a score per test cell.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+from autograder.course import Course
+
+SETUP_SH = """#!/usr/bin/env bash
+# Gradescope runs this once when it builds the autograder image (Ubuntu, as root).
+set -euo pipefail
+apt-get update -qq
+apt-get install -y -qq python3 python3-pip python3-venv bubblewrap
+cd /autograder/source
+python3 -m venv /autograder/venv
+/autograder/venv/bin/pip install --quiet -r requirements.txt
+/autograder/venv/bin/pip install --quiet --no-deps -e .
+"""
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this for every submission; the student's files are in /autograder/submission.
+set -uo pipefail
+cd /autograder/source
+PATH=/autograder/venv/bin:$PATH /autograder/venv/bin/python -m autograder gradescope-run {aid} \\
+    --submission /autograder/submission --results /autograder/results/results.json
+"""
+
+
+def build_package(course: Course, aid: str, target: Path) -> Path:
+    """Write the zip that an instructor uploads as the assignment's autograder on Gradescope."""
+    course.source_notebook(aid)
+    files: dict[str, Path | str] = {
+        "setup.sh": SETUP_SH,
+        "run_autograder": RUN_AUTOGRADER.format(aid=aid),
+        "requirements.txt": course.root / "requirements.txt",
+        "pyproject.toml": course.root / "pyproject.toml",
+        "README.md": course.root / "README.md",
+        "nbgrader_config.py": course.root / "nbgrader_config.py",
+    }
+    for package in ("dlcourse", "autograder"):
+        for path in sorted((course.root / package).rglob("*.py")):
+            files[path.relative_to(course.root).as_posix()] = path
+    for folder in (course.source / aid, course.release / aid):
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and ".ipynb_checkpoints" not in path.parts:
+                files[path.relative_to(course.root).as_posix()] = path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, content in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            info.external_attr = (0o755 if name in ("setup.sh", "run_autograder") else 0o644) << 16
+            data = content.encode() if isinstance(content, str) else content.read_bytes()
+            zf.writestr(info, data, zipfile.ZIP_DEFLATED)
+    return target
+
+
+def results_json(result: dict) -> dict:
+    """Gradescope's results format: one test per graded cell; messages visible, test code never sent."""
+    tests = [
+        {
+            "name": cell["grade_id"],
+            "score": cell["points"],
+            "max_score": cell["max_points"],
+            "status": "passed" if cell["passed"] else "failed",
+            "output": cell.get("message") or "passed",
+            "visibility": "visible",
+        }
+        for cell in result.get("cells", [])
+    ]
+    notes = "\n".join(result.get("notes", []))
+    return {
+        "score": result["score"],
+        "output": f"{result['status']}: {result['reason']}" + (f"\n{notes}" if notes else ""),
+        "tests": tests,
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+    }
+
+
+def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_path: Path) -> dict:
+    """Grade the single notebook in ``submission_dir`` and write Gradescope's results.json."""
+    from autograder.pipeline import grade
+    from autograder.release import release
+
+    notebooks = sorted(Path(submission_dir).rglob("*.ipynb"))
+    preferred = [p for p in notebooks if p.name == f"{aid}.ipynb"] or notebooks
+    if not preferred:
+        result = {"score": 0.0, "status": "unreadable", "reason": "no .ipynb file was uploaded", "cells": []}
+    else:
+        release(course, [aid])
+        target = course.root / "submitted" / "student" / aid
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(preferred[0], target / f"{aid}.ipynb")
+        result = grade(course, aid, workers=1, students=["student"], force=True)[0]
+    data = results_json(result)
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    results_path.write_text(json.dumps(data, indent=1))
+    return data

@@ -1,0 +1,252 @@
+"""The grading pipeline: collect -> repair -> run (sandboxed) -> verify -> record, for a whole class.
+
+Submissions are graded in parallel by worker threads (each waits on its own sandboxed child, so the
+grader's process never runs student code), or by the workers of a Dask cluster. Each worker starts
+its next child while the current one runs, so kernel start and framework imports overlap with work.
+Results are recorded by this process alone, one submission at a time, as they arrive.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import Course
+from autograder.record import Recorder, is_current, load_result, result_path, sha256_file, write_json_atomic
+from autograder.reference import Reference, build_reference, source_digest
+from autograder.repair import repair
+from autograder.sandbox import Limits, Sandbox, isolation_description
+from autograder.verify import verify
+
+STATUS_TEXT = {
+    "graded": "graded",
+    "flagged": "graded, flagged for review",
+    "timeout": "stopped at the time limit; graded on what ran",
+    "memory": "stopped at the memory limit; graded on what ran",
+    "crashed": "the kernel died; graded on what ran",
+    "unreadable": "could not be read",
+    "error": "grader error",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything one submission's grading needs; plain values, so it can travel to a Dask worker."""
+
+    root: str
+    workspace: str
+    aid: str
+    sid: str
+    limits: Limits
+    warm: tuple[str, ...]
+    use_bwrap: bool = True
+
+
+def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
+    """Modules a child imports before the student's code arrives (what the source itself imports)."""
+    text = course.source_notebook(aid).read_text(encoding="utf-8")
+    return tuple(m for m in ("numpy", "torch", "tensorflow") if f"import {m}" in text)
+
+
+def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
+    base = course.root / "submitted"
+    found = {p.parent.parent.name: p for p in sorted(base.glob(f"*/{aid}/{aid}.ipynb"))} if base.is_dir() else {}
+    if students:
+        missing = [s for s in students if s not in found]
+        if missing:
+            raise KeyError(f"no submission of {aid} from {', '.join(missing)}")
+        found = {s: found[s] for s in students}
+    return found
+
+
+def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> dict:
+    """Grade one submission end to end, never raising: every outcome is a result with a reason."""
+    course = Course(Path(job.root), Path(job.workspace))
+    path = course.root / "submitted" / job.sid / job.aid / f"{job.aid}.ipynb"
+    started = time.monotonic()
+    result = {
+        "student_id": job.sid,
+        "assignment": job.aid,
+        "score": 0.0,
+        "max_score": reference.max_score,
+        "status": "error",
+        "reason": "",
+        "notes": [],
+        "cells": [],
+        "flags": [],
+        "isolation": isolation_description(job.use_bwrap),
+        "reference": reference.directory.joinpath("SOURCE_SHA256").read_text(),
+    }
+    own_sandbox = sandbox is None
+    try:
+        result["submission_sha256"] = sha256_file(path)
+        repaired = repair(course, job.aid, path)
+        result["notes"] = repaired.notes
+        if repaired.fatal:
+            result.update(status="unreadable", reason=repaired.fatal)
+            result["cells"] = [
+                {"grade_id": g, "points": 0.0, "max_points": c["points"], "passed": False, "message": repaired.fatal}
+                for g, c in reference.cells.items()
+            ]
+            return result
+        if sandbox is None:
+            sandbox = Sandbox(job.limits, warm=job.warm, use_bwrap=job.use_bwrap).start()
+        outcome = sandbox.run(repaired.notebook)
+        verdict = verify(reference, outcome.scratch / "capture", outcome.summary)
+        save_executed(course, job, outcome.scratch / "executed.ipynb", repaired.notebook)
+        result["cells"] = [vars(c) for c in verdict.cells]
+        result["score"] = verdict.score
+        result["flags"] = verdict.disagreements + [f"recorded data: {p}" for p in verdict.problems]
+        result["seconds_in_sandbox"] = round(outcome.seconds, 2)
+        if outcome.status != "finished":
+            result["status"] = outcome.status
+            stopped = {"timeout": f"the notebook ran past the {job.limits.timeout:.0f} s limit",
+                       "memory": f"the notebook used more than {job.limits.memory_mb} MB",
+                       "crashed": "the kernel died or could not start"}[outcome.status]  # fmt: skip
+            result["reason"] = f"{stopped}; graded on what ran before"
+        else:
+            result["status"] = "flagged" if result["flags"] else "graded"
+            stopped_cell = next((c for c in outcome.summary.get("cells", []) if c.get("status") == "timeout"), None)
+            failed = [c for c in verdict.cells if not c.passed]
+            if stopped_cell:
+                result["status"] = "timeout"
+                result["reason"] = "a cell ran past the per-cell time limit; graded on what ran before"
+            elif not failed:
+                result["reason"] = "all tests passed"
+            else:
+                result["reason"] = f"{len(failed)} of {len(verdict.cells)} tests failed; first: {failed[0].message}"
+    except Exception as err:  # a grader bug must not stop the batch, and must be visible
+        result.update(status="error", reason=f"grader error: {type(err).__name__}: {err}")
+        result["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        if own_sandbox and sandbox is not None:
+            sandbox.cleanup()
+        result["seconds"] = round(time.monotonic() - started, 2)
+    return result
+
+
+def error_result(job: Job, reference: Reference, err: Exception) -> dict:
+    return {
+        "student_id": job.sid, "assignment": job.aid, "score": 0.0, "max_score": reference.max_score,
+        "status": "error", "reason": f"grader error: {type(err).__name__}: {err}", "notes": [], "cells": [],
+        "flags": [], "isolation": "", "reference": "", "submission_sha256": "",
+    }  # fmt: skip
+
+
+def save_executed(course: Course, job: Job, executed: Path, fallback: nbformat.NotebookNode) -> None:
+    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review."""
+    target = course.root / "autograded" / job.sid / job.aid / f"{job.aid}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if executed.stat().st_size > 32 * 2**20:
+            raise ValueError("too large")
+        nb = nbformat.read(str(executed), as_version=4)
+    except Exception:
+        nb = fallback
+    nbformat.write(nb, str(target))
+
+
+def _dask_grade(job: Job) -> dict:
+    from autograder.reference import load_reference
+
+    course = Course(Path(job.root), Path(job.workspace))
+    return grade_one(job, load_reference(course.reference_dir / job.aid))
+
+
+def grade(
+    course: Course,
+    aid: str,
+    workers: int = 2,
+    limits: Limits | None = None,
+    students: list[str] | None = None,
+    force: bool = False,
+    scheduler: str | None = None,
+    use_bwrap: bool = True,
+    on_result: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Grade every submission of ``aid`` that has no current result; return all results of this run."""
+    limits = limits or Limits()
+    reference = build_reference(course, aid)
+    digest = source_digest(course, aid)
+    found = submissions(course, aid, students)
+    todo = [
+        sid
+        for sid, path in found.items()
+        if force or not is_current(load_result(course, aid, sid), sha256_file(path), digest)
+    ]
+    warm = frameworks_used(course, aid)
+    jobs = [Job(str(course.root), str(course.work), aid, sid, limits, warm, use_bwrap) for sid in todo]
+    results: list[dict] = []
+    with Recorder(course.db_url) as recorder:
+        if not recorder.knows(aid):
+            raise RuntimeError(f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first")
+
+        def finish(result: dict) -> None:
+            recorder.record(aid, result)  # gradebook first, then the result file that marks it done
+            write_json_atomic(result_path(course, aid, result["student_id"]), result)
+            results.append(result)
+            if on_result:
+                on_result(result)
+
+        if scheduler:
+            _grade_on_dask(scheduler, jobs, finish)
+        else:
+            _grade_locally(jobs, reference, workers, finish)
+    return results
+
+
+def _grade_locally(jobs: list[Job], reference: Reference, workers: int, finish: Callable[[dict], None]) -> None:
+    pending: queue.Queue[Job] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
+    done: queue.Queue[dict] = queue.Queue()
+
+    def worker(slot: int) -> None:
+        ready: Sandbox | None = None
+        while True:
+            try:
+                job = pending.get_nowait()
+            except queue.Empty:
+                break
+            current = None
+            try:
+                current = ready or Sandbox(job.limits, slot, job.warm, job.use_bwrap).start()
+                # Start the next child now: its kernel boots and imports while this one runs.
+                ready = Sandbox(job.limits, slot, job.warm, job.use_bwrap).start() if not pending.empty() else None
+                done.put(grade_one(job, reference, current))
+            except Exception as err:  # the sandbox itself failed to start: a result all the same
+                done.put(error_result(job, reference, err))
+            finally:
+                if current is not None:
+                    current.cleanup()
+        if ready is not None:
+            ready.cleanup()
+
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in range(max(1, workers))]
+    for thread in threads:
+        thread.start()
+    for _ in jobs:
+        finish(done.get())
+    for thread in threads:
+        thread.join()
+
+
+def _grade_on_dask(scheduler: str, jobs: list[Job], finish: Callable[[dict], None]) -> None:
+    from distributed import Client, as_completed
+
+    with Client(scheduler) as client:
+        futures = client.map(_dask_grade, jobs, pure=False)
+        for future in as_completed(futures):
+            finish(future.result())
+
+
+def clear_results(course: Course, aid: str) -> None:
+    shutil.rmtree(course.work / "results" / aid, ignore_errors=True)

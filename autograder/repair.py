@@ -1,0 +1,199 @@
+"""Stage 2, repair: read a submitted notebook defensively and rebuild the notebook that will run.
+
+Nothing here executes student code. The result keeps the student's own code cells in the student's
+order, and takes everything else from the source: the graded test cells (with their hidden tests) and
+the read-only cells (set-up, imports) are inserted from the source, each after the last of the
+student's answers that precedes it in the source. Answers are found by their nbgrader ``grade_id``, or,
+where Colab, copy-paste or another editor lost the metadata, by their content (the function signatures
+and docstrings that the release shows). Every repair is reported; a notebook that cannot be read at all
+gets a clear reason instead of a silent zero.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from autograder.course import Course, is_solution, nbgrader_meta
+
+MAX_NOTEBOOK_BYTES = 32 * 2**20
+MATCH_THRESHOLD = 0.6
+
+
+@dataclass
+class Repaired:
+    notebook: nbformat.NotebookNode | None
+    fatal: str | None = None
+    notes: list[str] = field(default_factory=list)
+    answered: dict[str, bool] = field(default_factory=dict)  # solution grade_id -> changed from the stub
+
+
+def _text(source) -> str:
+    if isinstance(source, list):
+        return "".join(str(s) for s in source)
+    return source if isinstance(source, str) else ""
+
+
+def read_notebook(path: Path) -> tuple[dict | None, str | None, list[str]]:
+    """Parse a submission as JSON into a version-4 notebook dict: ``(notebook, fatal_reason, notes)``."""
+    notes: list[str] = []
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        return None, f"cannot read the file: {err.strerror}", notes
+    if size > MAX_NOTEBOOK_BYTES:
+        return None, f"the file is {size / 2**20:.0f} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded", notes
+    raw = path.read_bytes()
+    if not raw.strip():
+        return None, "the file is empty", notes
+    try:
+        data = json.loads(raw.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as err:
+        return None, f"not a notebook: invalid JSON ({err.msg}, line {err.lineno} column {err.colno})", notes
+    if not isinstance(data, dict):
+        return None, "not a notebook: the JSON is not an object", notes
+    major = data.get("nbformat")
+    if major == 3 or "worksheets" in data:
+        try:
+            data = nbformat.convert(nbformat.from_dict(data), 4)
+            notes.append("upgraded from notebook format 3")
+        except Exception as err:  # a malformed v3 file: nbformat raises many kinds
+            return None, f"notebook format 3 that cannot be upgraded ({type(err).__name__})", notes
+    elif major != 4:
+        return None, f"unsupported notebook format {major!r} (expected 4)", notes
+    if not isinstance(data.get("cells"), list):
+        return None, "not a notebook: it has no list of cells", notes
+    return data, None, notes
+
+
+def _student_cells(data: dict, notes: list[str]) -> list[dict]:
+    cells = []
+    for number, cell in enumerate(data["cells"], 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+            notes.append(f"cell {number} is not a valid cell and was skipped")
+            continue
+        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        nbg = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
+        cells.append({"type": cell["cell_type"], "source": _text(cell.get("source")), "nbgrader": nbg, "number": number})
+    return cells
+
+
+def _signature_lines(release_source: str) -> set[str]:
+    """The lines a student leaves alone in an answer cell: signatures, docstrings, given code."""
+    skip = {"# YOUR CODE HERE", "raise NotImplementedError()", "raise NotImplementedError"}
+    return {line.strip() for line in release_source.splitlines() if line.strip() and line.strip() not in skip}
+
+
+def _similarity(signature: set[str], text: str) -> float:
+    if not signature:
+        return 0.0
+    lines = {line.strip() for line in text.splitlines()}
+    return len(signature & lines) / len(signature)
+
+
+def repair(course: Course, aid: str, submission: Path) -> Repaired:
+    data, fatal, notes = read_notebook(submission)
+    if fatal:
+        return Repaired(None, fatal, notes)
+    source = course.read_source(aid)
+    release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    release_by_id = {nbgrader_meta(c).get("grade_id"): c for c in release.cells if nbgrader_meta(c).get("grade_id")}
+    student = _student_cells(data, notes)
+
+    source_ids = [nbgrader_meta(c).get("grade_id") for c in source.cells]
+    solution_ids = [gid for c, gid in zip(source.cells, source_ids) if is_solution(c)]
+    fixed_ids = {gid for c, gid in zip(source.cells, source_ids) if gid and not is_solution(c)}
+
+    # 1. Answers by grade_id (intact metadata). Several cells with one id: the last one counts, as it
+    #    would when the notebook runs top to bottom; the others stay as ordinary code.
+    matched: dict[str, int] = {}
+    for index, cell in enumerate(student):
+        gid = cell["nbgrader"].get("grade_id")
+        if gid in solution_ids:
+            if gid in matched:
+                notes.append(f"the answer cell {gid} appears more than once; the last copy is graded")
+            matched[gid] = index
+
+    # 2. Cells that are copies of test or read-only cells are dropped (the source's versions are used).
+    dropped = set()
+    for index, cell in enumerate(student):
+        gid = cell["nbgrader"].get("grade_id")
+        if gid in fixed_ids and index not in matched.values():
+            dropped.add(index)
+    fixed_signatures = {gid: _signature_lines(_text(release_by_id[gid].source)) for gid in fixed_ids if gid in release_by_id}
+
+    # 3. Answers whose metadata was lost: match by the lines the release gave them.
+    for gid in solution_ids:
+        if gid in matched:
+            continue
+        signature = _signature_lines(_text(release_by_id[gid].source)) if gid in release_by_id else set()
+        best, best_score = None, 0.0
+        for index, cell in enumerate(student):
+            if index in matched.values() or index in dropped or cell["nbgrader"].get("grade_id") in solution_ids:
+                continue
+            score = _similarity(signature, cell["source"])
+            if score > best_score:
+                best, best_score = index, score
+        if best is not None and best_score >= MATCH_THRESHOLD:
+            matched[gid] = best
+            notes.append(f"the answer cell {gid} had lost its nbgrader metadata and was found by its content")
+        else:
+            notes.append(f"the answer cell {gid} is missing (deleted, or changed beyond recognition): graded as not done")
+    for index, cell in enumerate(student):
+        if index in dropped or index in matched.values() or cell["type"] != "code":
+            continue
+        for gid, signature in fixed_signatures.items():
+            if signature and _similarity(signature, cell["source"]) >= 0.9:
+                dropped.add(index)
+                if not cell["nbgrader"]:
+                    notes.append(f"a copy of the read-only cell {gid} without metadata was replaced by the original")
+                break
+
+    # 4. Tampered metadata is reported; points and tests always come from the source.
+    for index, cell in enumerate(student):
+        nbg = cell["nbgrader"]
+        gid = nbg.get("grade_id")
+        if gid in fixed_ids and index in dropped and nbg:
+            original = nbgrader_meta(source.cells[source_ids.index(gid)])
+            changed = sorted(k for k in ("grade", "solution", "locked", "points", "schema_version") if nbg.get(k) != original.get(k))
+            if changed:
+                notes.append(f"nbgrader metadata of {gid} was changed ({', '.join(changed)}); the source's was used")
+
+    # 5. Build the notebook to run: the student's cells in their order, the source's fixed cells inserted.
+    answer_at = {index: gid for gid, index in matched.items()}
+    insert_after: dict[int, list] = {}
+    last_anchor = -1
+    for cell, gid in zip(source.cells, source_ids):
+        if is_solution(cell):
+            if gid in matched:
+                last_anchor = max(last_anchor, matched[gid])
+            continue
+        if cell.cell_type != "code":
+            continue
+        insert_after.setdefault(last_anchor, []).append(copy.deepcopy(cell))
+
+    cells = list(insert_after.get(-1, []))
+    answered: dict[str, bool] = {}
+    for index, cell in enumerate(student):
+        if index not in dropped and (cell["type"] == "code" or index in answer_at):
+            if index in answer_at:
+                gid = answer_at[index]
+                original = source.cells[source_ids.index(gid)]
+                new = new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
+                if cell["type"] != "code":
+                    notes.append(f"the answer cell {gid} had been turned into {cell['type']}; it was run as code")
+                answered[gid] = cell["source"].strip() != _text(release_by_id.get(gid, {}).get("source", "")).strip()
+            else:
+                new = new_code_cell(cell["source"])
+            cells.append(new)
+        cells.extend(insert_after.get(index, []))
+    for gid in solution_ids:
+        answered.setdefault(gid, False)
+
+    nb = new_notebook(cells=cells, metadata=copy.deepcopy(source.metadata))
+    return Repaired(nb, None, notes, answered)

@@ -1,0 +1,325 @@
+"""Stage 3, run: student code runs in a child process, never in the grader's.
+
+Each submission gets a fresh child (``autograder.child``) with its own scratch directory, a wall-clock
+limit for the whole notebook, a per-cell limit, a memory limit and a process limit. Where bubblewrap
+is installed the child also gets no network, its own process tree, and a view of the file system in
+which the course directory (sources, gradebook, references, other submissions) and the home directory
+are replaced by empty folders. When the grader runs as root, each worker slot runs its children as its
+own unprivileged user id, so process limits apply and one submission cannot signal another.
+
+Children are started ahead of time (:class:`Sandbox` prints READY once its kernel has imported the
+frameworks), so kernel start and imports overlap with the previous submission's run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder.child import READY
+from autograder.course import ROOT
+
+BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
+_uids_in_use: set[int] = set()
+_uid_lock = threading.Lock()
+
+
+def allocate_uid() -> int:
+    with _uid_lock:
+        uid = next(u for u in range(BASE_UID, BASE_UID + 10_000) if u not in _uids_in_use)
+        _uids_in_use.add(uid)
+        return uid
+
+
+def release_uid(uid: int) -> None:
+    with _uid_lock:
+        _uids_in_use.discard(uid)
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 600.0  # whole notebook, seconds
+    cell_timeout: float = 120.0
+    memory_mb: int = 4096
+    nproc: int = 512
+    threads: int = 1  # BLAS/OpenMP threads per kernel, so parallel workers do not oversubscribe
+
+
+def bubblewrap() -> str | None:
+    """The bubblewrap binary if it is installed and works here, else None."""
+    path = shutil.which("bwrap")
+    if not path:
+        return None
+    probe = subprocess.run(
+        [path, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--dev", "/dev", "--proc", "/proc", "true"],
+        capture_output=True,
+    )
+    return path if probe.returncode == 0 else None
+
+
+_BWRAP = None
+_BWRAP_CHECKED = False
+
+
+def isolation_description(use_bwrap: bool = True) -> str:
+    parts = []
+    if use_bwrap and bubblewrap_cached():
+        parts.append("bubblewrap (no network, own PID namespace, course/home/tmp hidden)")
+    else:
+        parts.append("no bubblewrap: NO network or file-system isolation (install 'bubblewrap' for it)")
+    parts.append("a separate unprivileged user per submission" if os.geteuid() == 0 else "same user as the grader")
+    parts.append("rlimits (memory, processes, file size), wall-clock and per-cell timeouts")
+    return "; ".join(parts)
+
+
+def bubblewrap_cached() -> str | None:
+    global _BWRAP, _BWRAP_CHECKED
+    if not _BWRAP_CHECKED:
+        _BWRAP, _BWRAP_CHECKED = bubblewrap(), True
+    return _BWRAP
+
+
+@dataclass
+class Outcome:
+    """What came back from one run: plain data only, all of it untrusted."""
+
+    status: str  # "finished", "timeout", "memory", "crashed"
+    seconds: float
+    scratch: Path
+    summary: dict = field(default_factory=dict)
+    detail: str = ""
+
+
+def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
+    home = scratch / "home"
+    env = {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(scratch / "tmp"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "IPYTHONDIR": str(home / "ipython"),
+        "MPLCONFIGDIR": str(home / "mpl"),
+        "MPLBACKEND": "Agg",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "TF_ENABLE_ONEDNN_OPTS": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "DLCOURSE_CAPTURE": str(scratch / "capture"),
+        "DLCOURSE_CACHE": str(home / "cache"),
+        "LANG": "C.UTF-8",
+    }
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(limits.threads)
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # machine quirks the grader itself runs with
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class Sandbox:
+    """One pre-started child: ``start()``, ``wait_ready()``, then ``run(notebook)`` exactly once."""
+
+    def __init__(self, limits: Limits, slot: int = 0, warm: tuple[str, ...] = ("numpy",), use_bwrap: bool = True):
+        self.limits, self.slot, self.warm = limits, slot, warm
+        self.use_bwrap = use_bwrap and bubblewrap_cached() is not None
+        self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
+        self.uid = allocate_uid() if os.geteuid() == 0 else None
+        self.process: subprocess.Popen | None = None
+        self._ready = threading.Event()
+        self._log: list[str] = []
+
+    def command(self) -> list[str]:
+        child = [
+            sys.executable, "-m", "autograder.child", "--scratch", str(self.scratch),
+            "--memory", str(self.limits.memory_mb), "--cell-timeout", str(self.limits.cell_timeout),
+            "--warm", ",".join(self.warm),
+        ]  # fmt: skip
+        if self.uid is not None:
+            child += ["--uid", str(self.uid), "--nproc", str(self.limits.nproc)]
+        if not self.use_bwrap:
+            return child
+        bwrap = [
+            bubblewrap_cached(), "--die-with-parent", "--new-session",
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+        ]  # fmt: skip
+        hidden = {ROOT, Path.home()}
+        for path in sorted(hidden, key=lambda p: len(p.parts)):
+            bwrap += ["--tmpfs", str(path)]
+        # What the child needs from inside the hidden folders, read-only: the environment and the code.
+        needed = {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder"}
+        made: set[Path] = set()
+        for path in sorted(needed):
+            inside = [h for h in hidden if path.is_relative_to(h) and path != h]
+            if not inside or not path.exists():
+                continue
+            # bwrap makes missing parents 0700; the child's unprivileged user must be able to pass them.
+            for parent in reversed(path.relative_to(inside[0]).parents[:-1]):
+                folder = inside[0] / parent
+                if folder not in made:
+                    bwrap += ["--perms", "0755", "--dir", str(folder)]
+                    made.add(folder)
+            bwrap += ["--ro-bind", str(path), str(path)]
+        bwrap += ["--bind", str(self.scratch), str(self.scratch), "--chdir", str(self.scratch / "work"), "--"]
+        return bwrap + child
+
+    def start(self) -> Sandbox:
+        for sub in ("work", "capture", "home", "tmp"):
+            (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+        if self.uid is not None:
+            for path in [self.scratch, *self.scratch.rglob("*")]:
+                os.chown(path, self.uid, self.uid)
+        self.process = subprocess.Popen(
+            self.command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_kernel_env(self.scratch, self.limits),
+            cwd=str(self.scratch / "work"),
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read_output, daemon=True).start()
+        return self
+
+    def _read_output(self) -> None:
+        assert self.process and self.process.stdout
+        for line in self.process.stdout:
+            if line.strip() == READY:
+                self._ready.set()
+            elif len(self._log) < 200:
+                self._log.append(line.rstrip()[:500])
+
+    def wait_ready(self, timeout: float = 120) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._ready.wait(0.1):
+                return True
+            if self.process and self.process.poll() is not None:
+                return False
+        return False
+
+    def run(self, notebook: nbformat.NotebookNode) -> Outcome:
+        """Run ``notebook`` in this (ready) child; enforce the limits; return what came back."""
+        assert self.process is not None
+        path = self.scratch / "input.ipynb"
+        nbformat.write(notebook, str(path))
+        if self.uid is not None:
+            os.chown(path, self.uid, self.uid)
+        start = time.monotonic()
+        if not self.wait_ready(timeout=120):
+            self.kill()
+            return Outcome("crashed", time.monotonic() - start, self.scratch, detail=self._tail("kernel did not start"))
+        try:
+            self.process.stdin.write(str(path) + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass
+        status = self._watch(start)
+        seconds = time.monotonic() - start
+        self.kill()
+        summary = read_summary(self.scratch / "run.json")
+        if status == "finished" and summary.get("stopped") == "DeadKernelError":
+            status = "crashed"
+        if status == "finished" and not summary:
+            status = "crashed"
+        return Outcome(status, seconds, self.scratch, summary, self._tail(""))
+
+    def _watch(self, start: float) -> str:
+        """Wait for the child; kill it past the wall-clock limit or the memory limit (whole process tree)."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.process.pid)
+        except psutil.NoSuchProcess:
+            root = None
+        while True:
+            if self.process.poll() is not None:
+                return "finished"
+            if time.monotonic() - start > self.limits.timeout:
+                return "timeout"
+            if root is not None and self._tree_rss(root) > self.limits.memory_mb * 2**20 * 1.5:
+                return "memory"
+            time.sleep(0.05)
+
+    @staticmethod
+    def _tree_rss(root) -> int:
+        import psutil
+
+        total = 0
+        try:
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+        return total
+
+    def _tail(self, prefix: str) -> str:
+        return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])
+
+    def kill(self) -> None:
+        """Kill the child and everything it started (its session, its PID namespace, its user id)."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.uid is not None:
+            kill_all_of_uid(self.uid)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def cleanup(self) -> None:
+        self.kill()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.uid is not None:
+            release_uid(self.uid)
+            self.uid = None
+
+
+def kill_all_of_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` (what escaped the session, e.g. a double-forked bomb)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def read_summary(path: Path) -> dict:
+    """The child's run.json, validated: a dict with a list of cell entries of plain values, or {}."""
+    try:
+        if path.stat().st_size > 8 * 2**20:
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        return {}
+    cells = []
+    for entry in data["cells"]:
+        if isinstance(entry, dict) and isinstance(entry.get("index"), int):
+            clean = {str(k)[:50]: v[:4000] if isinstance(v, str) else v for k, v in entry.items() if isinstance(v, str | int | type(None))}
+            cells.append(clean)
+    return {"cells": cells, "stopped": data.get("stopped") if isinstance(data.get("stopped"), str) else None}

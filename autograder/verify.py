@@ -1,0 +1,84 @@
+"""Stage 4, verify: decide every point outside the student's kernel, from plain data.
+
+A graded test cell earns its points when every case that the reference recorded in it was also
+recorded by the student's run and agrees with the reference (kind and tolerance from the reference).
+The kernel's own verdict (did the test cell raise?) is kept as a second opinion: public checks raise in
+the kernel when they fail, so a cell that the kernel saw pass while one of its public checks fails
+outside the kernel is flagged as tampering. The trusted verdict always stands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autograder.reference import Reference
+from dlcourse.grading import compare, load_cases
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    points: float
+    max_points: float
+    passed: bool
+    message: str
+    kernel_verdict: str  # "passed", "failed", "not run"
+
+
+@dataclass
+class Verdict:
+    cells: list[CellResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # about the captured data
+    disagreements: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(c.points for c in self.cells)
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.max_points for c in self.cells)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def kernel_verdicts(summary: dict) -> dict[str, dict]:
+    """The kernel's view per graded cell: what the (untrusted) run summary says happened."""
+    return {entry["grade_id"]: entry for entry in summary.get("cells", []) if entry.get("grade_id")}
+
+
+def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
+    cases, values, problems = load_cases(capture)
+    kernel = kernel_verdicts(summary)
+    verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
+    for grade_id, cell in reference.cells.items():
+        message, public_failed = "", False
+        for name in cell["cases"]:
+            if name not in values:
+                message = f"{name}: no result (the test cell stopped before this check, or never ran)"
+                break
+            problem = compare(reference.cases[name], reference.values[name], values[name])
+            if problem:
+                message, public_failed = problem, reference.cases[name].public
+                break
+        passed = not message
+        entry = kernel.get(grade_id)
+        if entry is None:
+            seen = "not run"
+        else:
+            seen = "passed" if entry.get("status") == "ok" else "failed"
+        if not passed and entry is not None and entry.get("status") != "ok" and entry.get("ename"):
+            # The student sees why the cell stopped: the error's name and message, never the test's code.
+            message += f" [the test cell raised {entry['ename']}: {entry.get('evalue', '')[:300]}]"
+        if seen == "passed" and public_failed:
+            # A public check raises in the kernel when it fails; a cell that ran clean past a failing
+            # public check means the notebook changed how checks behave.
+            verdict.disagreements.append(
+                f"{grade_id}: the kernel reported this test cell as passing, but its public check failed "
+                "when verified outside the kernel (the notebook may tamper with the tests)"
+            )
+        points = cell["points"] if passed else 0.0
+        verdict.cells.append(CellResult(grade_id, points, cell["points"], passed, message, seen))
+    return verdict

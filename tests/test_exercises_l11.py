@@ -1,0 +1,119 @@
+"""Lecture 11's self-checks pass a correct answer and fail a wrong one or a stub."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dlcourse import check
+
+
+def stub(*_args):
+    raise NotImplementedError
+
+
+def _mean_loss_gradients(x, y, w1, w2):
+    h = x @ w1
+    h_relu = np.maximum(h, 0)
+    grad_y_pred = 2 * (h_relu @ w2 - y) / y.size
+    grad_h = grad_y_pred @ w2.T
+    grad_h[h < 0] = 0
+    return x.T @ grad_h, h_relu.T @ grad_y_pred
+
+
+def shard_gradients(x, y, w1, w2, world_size):
+    size = len(x) // world_size
+    return [
+        _mean_loss_gradients(x[r * size : (r + 1) * size], y[r * size : (r + 1) * size], w1, w2)
+        for r in range(world_size)
+    ]
+
+
+def shard_gradients_torch(x, y, w1, w2, world_size):
+    """The same with autograd, returning tensors that still require grad: the check must cope."""
+    w1, w2 = torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True)
+    out = []
+    for x_r, y_r in zip(np.split(x, world_size), np.split(y, world_size)):
+        loss = torch.nn.functional.mse_loss(torch.tensor(x_r).mm(w1).relu().mm(w2), torch.tensor(y_r))
+        g1, g2 = torch.autograd.grad(loss, (w1, w2), create_graph=True)
+        out.append((g1, g2))
+    return out
+
+
+def sum_loss_shards(x, y, w1, w2, world_size):
+    return [tuple(g * y.size / world_size for g in pair) for pair in shard_gradients(x, y, w1, w2, world_size)]
+
+
+def full_batch_everywhere(x, y, w1, w2, world_size):
+    return [_mean_loss_gradients(x, y, w1, w2)] * world_size
+
+
+def strided_shards(x, y, w1, w2, world_size):
+    return [_mean_loss_gradients(x[r::world_size], y[r::world_size], w1, w2) for r in range(world_size)]
+
+
+@pytest.mark.parametrize("answer", [shard_gradients, shard_gradients_torch], ids=["numpy", "torch"])
+def test_shard_gradients_passes_a_correct_answer(answer):
+    assert check("l11.shard_gradients", answer, show=False).passed
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [stub, sum_loss_shards, full_batch_everywhere, strided_shards],
+    ids=["stub", "sum-loss", "full-batch", "strided"],
+)
+def test_shard_gradients_fails_wrong_answers(wrong):
+    assert not check("l11.shard_gradients", wrong, show=False).passed
+
+
+def ring_allreduce(arrays):
+    p = len(arrays)
+    chunks = [np.array_split(a.copy(), p) for a in arrays]
+    sent = [0] * p
+    for step in range(p - 1):  # reduce-scatter: after it, worker r owns the full sum of chunk (r + 1) % p
+        outgoing = [(r, (r - step) % p, chunks[r][(r - step) % p].copy()) for r in range(p)]
+        for r, index, data in outgoing:
+            chunks[(r + 1) % p][index] += data
+            sent[r] += data.size
+    for step in range(p - 1):  # all-gather: pass the finished chunks around the ring
+        outgoing = [(r, (r + 1 - step) % p, chunks[r][(r + 1 - step) % p].copy()) for r in range(p)]
+        for r, index, data in outgoing:
+            chunks[(r + 1) % p][index] = data
+            sent[r] += data.size
+    return [np.concatenate(c) for c in chunks], sent
+
+
+def naive_allreduce(arrays):
+    """Right sums, but everybody sends its whole array to everybody else."""
+    p = len(arrays)
+    total = np.sum(arrays, axis=0)
+    return [total.copy() for _ in range(p)], [(p - 1) * arrays[0].size] * p
+
+
+def in_place_allreduce(arrays):
+    results, sent = ring_allreduce(arrays)
+    for a, r in zip(arrays, results):
+        a[:] = r
+    return arrays, sent
+
+
+def reduce_scatter_only(arrays):
+    p = len(arrays)
+    results, sent = ring_allreduce(arrays)
+    total = np.sum(arrays, axis=0)
+    partial = [np.where(np.arange(total.size) // (total.size // p) == (r + 1) % p, total, 0.0) for r in range(p)]
+    return partial, [s // 2 for s in sent]
+
+
+def test_ring_allreduce_passes_a_correct_answer():
+    assert check("l11.ring_allreduce", ring_allreduce, show=False).passed
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [stub, naive_allreduce, in_place_allreduce, reduce_scatter_only],
+    ids=["stub", "naive", "in-place", "reduce-scatter-only"],
+)
+def test_ring_allreduce_fails_wrong_answers(wrong):
+    assert not check("l11.ring_allreduce", wrong, show=False).passed
