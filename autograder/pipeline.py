@@ -31,6 +31,7 @@ STATUS_TEXT = {
     "flagged": "graded, flagged for review",
     "timeout": "stopped at the time limit; graded on what ran",
     "memory": "stopped at the memory limit; graded on what ran",
+    "processes": "stopped for starting too many processes; graded on what ran",
     "crashed": "the kernel died; graded on what ran",
     "unreadable": "could not be read",
     "error": "grader error",
@@ -110,6 +111,7 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
             result["status"] = outcome.status
             stopped = {"timeout": f"the notebook ran past the {job.limits.timeout:.0f} s limit",
                        "memory": f"the notebook used more than {job.limits.memory_mb} MB",
+                       "processes": f"the notebook started more than {job.limits.processes} processes (a fork bomb?)",
                        "crashed": "the kernel died or could not start"}[outcome.status]  # fmt: skip
             result["reason"] = f"{stopped}; graded on what ran before"
         else:

@@ -52,7 +52,8 @@ class Limits:
     timeout: float = 600.0  # whole notebook, seconds
     cell_timeout: float = 120.0
     memory_mb: int = 4096
-    nproc: int = 512
+    nproc: int = 512  # threads and processes (RLIMIT_NPROC, when the child has its own uid)
+    processes: int = 48  # processes in the sandbox's tree before it is stopped as a fork bomb
     threads: int = 1  # BLAS/OpenMP threads per kernel, so parallel workers do not oversubscribe
 
 
@@ -94,7 +95,7 @@ def bubblewrap_cached() -> str | None:
 class Outcome:
     """What came back from one run: plain data only, all of it untrusted."""
 
-    status: str  # "finished", "timeout", "memory", "crashed"
+    status: str  # "finished", "timeout", "memory", "processes", "crashed"
     seconds: float
     scratch: Path
     summary: dict = field(default_factory=dict)
@@ -249,24 +250,32 @@ class Sandbox:
                 return "finished"
             if time.monotonic() - start > self.limits.timeout:
                 return "timeout"
-            if root is not None and self._tree_rss(root) > self.limits.memory_mb * 2**20 * 1.5:
-                return "memory"
-            time.sleep(0.05)
+            if root is not None:
+                count, rss = self._tree_usage(root)
+                if count > self.limits.processes:
+                    return "processes"
+                if rss > self.limits.memory_mb * 2**20 * 1.5:
+                    return "memory"
+            time.sleep(0.1)
 
-    @staticmethod
-    def _tree_rss(root) -> int:
+    def _tree_usage(self, root) -> tuple[int, int]:
+        """Processes and total resident memory of everything the child started, escaped ones included."""
         import psutil
 
-        total = 0
         try:
-            for proc in [root, *root.children(recursive=True)]:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
+            procs = [root, *root.children(recursive=True)]
         except psutil.Error:
-            pass
-        return total
+            procs = [root]
+        if self.uid is not None:  # double-forked processes leave the tree but keep the uid
+            known = {p.pid for p in procs}
+            procs += [p for p in psutil.process_iter(["uids"]) if p.pid not in known and p.info["uids"] and p.info["uids"].real == self.uid]
+        rss = 0
+        for proc in procs:
+            try:
+                rss += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return len(procs), rss
 
     def _tail(self, prefix: str) -> str:
         return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])

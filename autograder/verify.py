@@ -58,6 +58,7 @@ def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
         for name in cell["cases"]:
             if name not in values:
                 message = f"{name}: no result (the test cell stopped before this check, or never ran)"
+                public_failed = reference.cases[name].public
                 break
             problem = compare(reference.cases[name], reference.values[name], values[name])
             if problem:

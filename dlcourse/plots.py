@@ -1,7 +1,8 @@
 """Plots and widgets shared by the lectures.
 
-Figures are drawn with matplotlib's Agg backend and shown as images, so they appear the same in
-JupyterLab, Colab, a headless test run and a notebook viewer on the web.
+Figures are built as standalone ``matplotlib.figure.Figure`` objects (no pyplot state, so nothing is
+drawn twice) and shown as PNG images with :func:`show`, which looks the same in JupyterLab, Colab, a
+headless test run and a notebook viewer on the web, whatever matplotlib backend is active.
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure
 
 
 def plot_losses(curves: Mapping[str, Sequence[float]], log: bool = True, title: str = "training loss", ax=None):
     """Draw one line per named loss curve (log scale by default) and return the figure."""
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig = Figure(figsize=(6, 3.5))
+        ax = fig.subplots()
     else:
         fig = ax.figure
     for name, values in curves.items():
@@ -34,6 +33,13 @@ def plot_losses(curves: Mapping[str, Sequence[float]], log: bool = True, title: 
         ax.legend()
     fig.tight_layout()
     return fig
+
+
+def show(fig) -> None:
+    """Display a figure as a PNG image (in a notebook), whatever matplotlib backend is active."""
+    from IPython.display import Image, display
+
+    display(Image(figure_png(fig)))
 
 
 def figure_png(fig) -> bytes:
@@ -69,9 +75,7 @@ class LiveLossPlot:
             return
         if get_ipython() is None:
             return
-        fig = plot_losses(self.curves, log=self.log, title=self.title)
-        image = Image(figure_png(fig))
-        plt.close(fig)
+        image = Image(figure_png(plot_losses(self.curves, log=self.log, title=self.title)))
         if self._handle is None:
             self._handle = display(image, display_id=True)
         else:
@@ -84,7 +88,8 @@ class LiveLossPlot:
 def interactive_plot(draw: Callable[..., object], **controls) -> None:
     """Show ipywidgets ``controls`` that call ``draw(**values)`` and redraw its figure when moved.
 
-    ``draw`` returns a matplotlib figure. The display carries two representations: the live widget
+    ``draw`` returns a matplotlib figure (a ``matplotlib.figure.Figure``, e.g. from :func:`plot_losses`).
+    The display carries two representations: the live widget
     and a PNG of the figure for the current values. A frontend with a widget manager (JupyterLab,
     Notebook 7, Colab) shows the widget; one without (a headless run, a notebook viewer on the web)
     shows the static picture instead of a blank box. Without ipywidgets it shows the picture alone.
@@ -92,9 +97,7 @@ def interactive_plot(draw: Callable[..., object], **controls) -> None:
     from IPython.display import Image, display
 
     defaults = {name: _initial_value(control) for name, control in controls.items()}
-    first = draw(**defaults)
-    png = figure_png(first)
-    plt.close(first)
+    png = figure_png(draw(**defaults))
     try:
         import ipywidgets as widgets
     except ImportError:
@@ -107,11 +110,10 @@ def interactive_plot(draw: Callable[..., object], **controls) -> None:
 
     def redraw(_change=None):
         values = {name: control.value for name, control in controls.items()}
-        fig = draw(**values)
+        png = figure_png(draw(**values))
         output.clear_output(wait=True)
         with output:
-            display(Image(figure_png(fig)))
-        plt.close(fig)
+            display(Image(png))
 
     for control in controls.values():
         control.observe(redraw, names="value")

@@ -31,7 +31,7 @@ import numpy as np
 
 from dlcourse.data import two_layer_data
 
-LEARNING_RATE = 1e-2
+LEARNING_RATE = 1e-3
 
 
 def free_port() -> int:

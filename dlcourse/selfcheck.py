@@ -86,7 +86,9 @@ class Checker:
 
     def close(self, description: str, got, expected, rtol: float = 1e-5, atol: float = 1e-8, hint: str = "") -> bool:
         problem = close_report(got, expected, rtol=rtol, atol=atol, name="result")
-        self.report.lines.append(Line(description, FAIL if problem else PASS, (problem + (". " + hint if hint else "")) if problem else ""))
+        if problem and hint:
+            problem = f"{problem.rstrip('.')}. {hint}"
+        self.report.lines.append(Line(description, FAIL if problem else PASS, problem or ""))
         return problem is None
 
     def true(self, description: str, condition: bool, hint: str = "") -> bool:

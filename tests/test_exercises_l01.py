@@ -60,7 +60,7 @@ def test_pick_device_restores_an_existing_override(monkeypatch):
         stub,
         lambda: None,
         lambda: "cpu",  # a name, not a torch.device
-        lambda: torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda"),  # ignores the override
+        lambda: torch.device("cuda" if torch.cuda.is_available() else "cpu"),  # ignores the override
         lambda: torch.device("meta"),  # always the override's device
     ],
     ids=["stub", "none", "string", "ignores-override", "always-meta"],

@@ -42,7 +42,9 @@ def shard_gradients_torch(x, y, w1, w2, world_size):
 
 
 def sum_loss_shards(x, y, w1, w2, world_size):
-    return [tuple(g * y.size / world_size for g in pair) for pair in shard_gradients(x, y, w1, w2, world_size)]
+    return [
+        tuple(g * y.size / world_size for g in pair) for pair in shard_gradients(x, y, w1, w2, world_size)
+    ]
 
 
 def full_batch_everywhere(x, y, w1, w2, world_size):
@@ -102,7 +104,9 @@ def reduce_scatter_only(arrays):
     p = len(arrays)
     results, sent = ring_allreduce(arrays)
     total = np.sum(arrays, axis=0)
-    partial = [np.where(np.arange(total.size) // (total.size // p) == (r + 1) % p, total, 0.0) for r in range(p)]
+    partial = [
+        np.where(np.arange(total.size) // (total.size // p) == (r + 1) % p, total, 0.0) for r in range(p)
+    ]
     return partial, [s // 2 for s in sent]
 
 
@@ -117,3 +121,58 @@ def test_ring_allreduce_passes_a_correct_answer():
 )
 def test_ring_allreduce_fails_wrong_answers(wrong):
     assert not check("l11.ring_allreduce", wrong, show=False).passed
+
+
+# The lecture's DDP module, dlcourse.scale: the pieces the notebook relies on.
+
+
+def test_shard_splits_a_batch_into_equal_contiguous_parts():
+    from dlcourse import scale
+
+    parts = [scale.shard(64, rank, 4) for rank in range(4)]
+    assert [(p.start, p.stop) for p in parts] == [(0, 16), (16, 32), (32, 48), (48, 64)]
+    with pytest.raises(ValueError):
+        scale.shard(10, 0, 3)
+
+
+def test_two_layer_model_holds_the_running_example():
+    from dlcourse import scale
+    from dlcourse.data import two_layer_data
+
+    model, x, y = scale.two_layer_model()
+    x0, y0, w1, w2 = two_layer_data(seed=0)
+    assert model.hidden.weight.dtype == torch.float64
+    np.testing.assert_array_equal(model.hidden.weight.detach().numpy(), w1.T)
+    np.testing.assert_array_equal(model.out.weight.detach().numpy(), w2.T)
+    np.testing.assert_array_equal(x.numpy(), x0)
+    np.testing.assert_array_equal(y.numpy(), y0)
+
+
+@pytest.mark.slow
+def test_summary_writer_writes_events_without_importing_tensorflow(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from dlcourse import scale; w = scale.summary_writer(sys.argv[1]); "
+        "w.add_scalar('loss', 1.0, 0); w.close(); print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
+    assert list(tmp_path.glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_launch_averages_gradients_like_the_full_batch(tmp_path):
+    from dlcourse import scale
+
+    run = scale.launch(world_size=2, out_dir=tmp_path)
+    ranks = [np.load(path) for path in run.files]
+    model, x, y = scale.two_layer_model()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    for name, p in model.named_parameters():
+        np.testing.assert_array_equal(ranks[0][f"synced.{name}"], ranks[1][f"synced.{name}"])
+        np.testing.assert_allclose(ranks[0][f"synced.{name}"], p.grad.numpy(), rtol=1e-10, atol=1e-12)
+        assert not np.allclose(ranks[0][f"local.{name}"], ranks[1][f"local.{name}"])

@@ -20,31 +20,36 @@ def _as_tuple(value, length: int):
     return None
 
 
+def _squared_graph(x, y, z) -> float:
+    return float(np.sum((x * y + z) ** 2))
+
+
+def _numeric_graph_gradients(x, y, z) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (
+        numeric_gradient(lambda v: _squared_graph(v, y, z), x.copy()),
+        numeric_gradient(lambda v: _squared_graph(x, v, z), y.copy()),
+        numeric_gradient(lambda v: _squared_graph(x, y, v), z.copy()),
+    )
+
+
 def graph_gradients(c: Checker, fn) -> None:
     """``fn(x, y, z)`` returns ``(grad_x, grad_y, grad_z)``, the gradients of
     ``c = sum((x * y + z) ** 2)`` (lecture 2's graph with one more node, ``d = b ** 2``)."""
-
-    def graph(x, y, z):
-        return float(np.sum((x * y + z) ** 2))
-
     for shape, seed in (((3, 4), 1), ((2, 5), 2)):
         rng = np.random.default_rng(seed)
         x, y, z = (rng.standard_normal(shape) for _ in range(3))
         originals = (x.copy(), y.copy(), z.copy())
         grads = _as_tuple(c.call(f"graph_gradients on inputs of shape {shape}", fn, x, y, z), 3)
-        if not c.true(f"it returns three gradients (shape {shape})", grads is not None, hint="return a tuple"):
+        if not c.true(
+            f"it returns three gradients (shape {shape})", grads is not None, hint="return a tuple"
+        ):
             return
         c.true(
             "it leaves x, y and z unchanged",
             all(np.array_equal(a, b) for a, b in zip((x, y, z), originals)),
             hint="compute new arrays instead of writing into the inputs",
         )
-        x, y, z = originals
-        numeric = (
-            numeric_gradient(lambda v: graph(v, y, z), x.copy()),
-            numeric_gradient(lambda v: graph(x, v, z), y.copy()),
-            numeric_gradient(lambda v: graph(x, y, v), z.copy()),
-        )
+        numeric = _numeric_graph_gradients(*originals)
         for name, got, expected in zip(("grad_x", "grad_y", "grad_z"), grads, numeric):
             c.close(
                 f"{name} matches central differences (shape {shape})",
@@ -84,8 +89,14 @@ def two_layer_bias(c: Checker, fn) -> None:
     ``h = x @ w1 + b1``, ``y_pred = max(h, 0) @ w2 + b2``, ``loss = sum((y_pred - y) ** 2)``."""
     inputs = _bias_net_inputs()
     originals = tuple(a.copy() for a in inputs)
-    result = _as_tuple(c.call("two_layer_bias runs on a small net (N=4, D_in=5, H=6, D_out=3)", fn, *inputs), 2)
-    if not c.true("it returns (loss, grads)", result is not None, hint="return loss, (grad_w1, grad_b1, grad_w2, grad_b2)"):
+    result = _as_tuple(
+        c.call("two_layer_bias runs on a small net (N=4, D_in=5, H=6, D_out=3)", fn, *inputs), 2
+    )
+    if not c.true(
+        "it returns (loss, grads)",
+        result is not None,
+        hint="return loss, (grad_w1, grad_b1, grad_w2, grad_b2)",
+    ):
         return
     loss, grads = result
     grads = _as_tuple(grads, 4)
@@ -128,6 +139,10 @@ def two_layer_bias(c: Checker, fn) -> None:
         )
 
 
+def _sq_distance(u, v) -> float:
+    return sum((p - q) ** 2 for p, q in zip(u, v))
+
+
 def pairwise_sq_distances(c: Checker, fn) -> None:
     """``fn(a, b)`` returns the (n, m) matrix of squared distances ``|a[i] - b[j]|^2`` between the
     rows of ``a`` (n, d) and ``b`` (m, d)."""
@@ -135,8 +150,8 @@ def pairwise_sq_distances(c: Checker, fn) -> None:
         rng = np.random.default_rng(seed)
         a, b = rng.standard_normal((n, d)), rng.standard_normal((m, d))
         got = c.call(f"pairwise_sq_distances on a ({n}, {d}) and b ({m}, {d})", fn, a.copy(), b.copy())
-        # A plain double loop: slow, but obviously right.
-        expected = np.array([[sum((a[i, k] - b[j, k]) ** 2 for k in range(d)) for j in range(m)] for i in range(n)])
+        # A plain loop over every pair: slow, but obviously right.
+        expected = np.array([[_sq_distance(a[i], b[j]) for j in range(m)] for i in range(n)])
         c.close(
             f"it matches the double loop for n={n}, m={m}, d={d}",
             got,
@@ -148,9 +163,11 @@ def pairwise_sq_distances(c: Checker, fn) -> None:
     rng = np.random.default_rng(7)
     a = rng.standard_normal((4, 3))
     self_distances = c.call("pairwise_sq_distances of a set with itself", fn, a.copy(), a.copy())
+    if np.ndim(self_distances) == 2:
+        self_distances = np.diag(np.asarray(self_distances, dtype=np.float64))
     c.close(
         "the distance of each row to itself is (close to) zero",
-        np.diag(np.asarray(self_distances, dtype=np.float64)) if np.ndim(self_distances) == 2 else self_distances,
+        self_distances,
         np.zeros(4),
         atol=1e-9,
     )

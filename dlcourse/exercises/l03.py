@@ -48,7 +48,9 @@ def leaky_two_layer_grads(c: Checker, fn) -> None:
         x, y, w1, w2 = (torch.tensor(a, dtype=dtype, device=device) for a in arrays)
         originals = [t.clone() for t in (x, y, w1, w2)]
         where = f"{str(dtype).replace('torch.', '')} on {device.type}"
-        result = c.call(f"it runs ({where}, negative_slope={NEGATIVE_SLOPE})", fn, x, y, w1, w2, NEGATIVE_SLOPE)
+        result = c.call(
+            f"it runs ({where}, negative_slope={NEGATIVE_SLOPE})", fn, x, y, w1, w2, NEGATIVE_SLOPE
+        )
         if not c.true(
             f"it returns three values ({where})",
             isinstance(result, list | tuple) and len(result) == 3,
@@ -94,7 +96,9 @@ def to_numpy(c: Checker, fn) -> None:
     base = np.arange(12, dtype=np.float64).reshape(3, 4) / 4
     plain = torch.tensor(base, dtype=torch.float32, device=device)
     got = c.call(f"to_numpy on a float32 tensor on {device.type}", fn, plain)
-    if not c.true("it returns a numpy array", isinstance(got, np.ndarray), hint=f"got a {type(got).__name__}"):
+    if not c.true(
+        "it returns a numpy array", isinstance(got, np.ndarray), hint=f"got a {type(got).__name__}"
+    ):
         return
     c.true("the array keeps the dtype (float32)", got.dtype == np.float32, hint=f"got {got.dtype}")
     c.close("the array holds the tensor's values", got, base.astype(np.float32))

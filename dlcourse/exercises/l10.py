@@ -37,9 +37,20 @@ def peak_tflops(c: Checker, fn) -> None:
     ``sms`` multiprocessors of ``units_per_sm`` units each (FP32 cores or tensor cores), every unit
     doing ``flops_per_cycle`` FLOPs per cycle at ``ghz`` GHz."""
     for name, peak in GPU_PEAKS.items():
-        got = _number(c.call(f"peak_tflops for the {name}'s FP32 cores", fn, peak.sms, peak.fp32_cores_per_sm, 2, peak.boost_ghz))
+        got = _number(
+            c.call(
+                f"peak_tflops for the {name}'s FP32 cores",
+                fn,
+                peak.sms,
+                peak.fp32_cores_per_sm,
+                2,
+                peak.boost_ghz,
+            )
+        )
         if got is not None and 1e9 < got / peak.fp32 < 1e15:
-            c.true(f"{name}: FP32 peak in TFLOP/s", False, hint="that is FLOP/s: divide by 1e12 to get TFLOP/s")
+            c.true(
+                f"{name}: FP32 peak in TFLOP/s", False, hint="that is FLOP/s: divide by 1e12 to get TFLOP/s"
+            )
             return
         c.close(
             f"{name}: FP32 peak is close to the published {peak.fp32} TFLOP/s",
@@ -63,7 +74,12 @@ def matmul_intensity(c: Checker, fn) -> None:
     """``fn(n, m, k, bytes_per_element)`` returns the arithmetic intensity (FLOP per byte) of the
     product of an (n x k) and a (k x m) matrix: its FLOPs over the bytes of both inputs and the output,
     each read or written once."""
-    for n, m, k, dtype in ((64, 64, 64, np.float32), (128, 32, 256, np.float16), (1, 1000, 1000, np.float32), (50, 7, 3, np.float64)):
+    for n, m, k, dtype in (
+        (64, 64, 64, np.float32),
+        (128, 32, 256, np.float16),
+        (1, 1000, 1000, np.float32),
+        (50, 7, 3, np.float64),
+    ):
         a, b = np.zeros((n, k), dtype), np.zeros((k, m), dtype)
         out = a @ b
         expected = matmul_flop_count(n, m, k) / (a.nbytes + b.nbytes + out.nbytes)
@@ -107,5 +123,5 @@ def smallest_compute_bound_n(c: Checker, fn) -> None:
         c.true(
             f"{label}: n = {expected}",
             _number(got) is not None and float(got) == expected,
-            hint=f"got {got}; solve 2 n / (3 x bytes) >= peak / bandwidth for the smallest whole n (math.ceil)",
+            hint=f"got {got}; solve 2 n / (3 x bytes) >= peak / bandwidth for the smallest whole n",
         )

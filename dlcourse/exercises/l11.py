@@ -38,7 +38,9 @@ def shard_gradients(c: Checker, fn) -> None:
         shards = c.call(f"shard_gradients with world_size={world_size}", fn, x, y, w1, w2, world_size)
         if not c.true(
             f"world_size={world_size}: one (grad_w1, grad_w2) pair per worker",
-            isinstance(shards, list | tuple) and len(shards) == world_size and all(len(s) == 2 for s in shards),
+            isinstance(shards, list | tuple)
+            and len(shards) == world_size
+            and all(len(s) == 2 for s in shards),
             hint="return a list with one (grad_w1, grad_w2) pair per worker",
         ):
             return
@@ -46,15 +48,42 @@ def shard_gradients(c: Checker, fn) -> None:
         for rank, (g1, g2) in enumerate(shards):
             part = slice(rank * size, (rank + 1) * size)
             e1, e2 = _autograd_mean_loss_gradients(x[part], y[part], w1, w2)
-            ok = c.close(f"world_size={world_size}, worker {rank}: grad_w1 of its shard", g1, e1, rtol=1e-7, atol=1e-10,
-                         hint="use rows rank*size to (rank+1)*size, and a mean (not a sum) over the shard")
-            ok = c.close(f"world_size={world_size}, worker {rank}: grad_w2 of its shard", g2, e2, rtol=1e-7, atol=1e-10) and ok
+            ok = c.close(
+                f"world_size={world_size}, worker {rank}: grad_w1 of its shard",
+                g1,
+                e1,
+                rtol=1e-7,
+                atol=1e-10,
+                hint="use rows rank*size to (rank+1)*size, and a mean (not a sum) over the shard",
+            )
+            ok = (
+                c.close(
+                    f"world_size={world_size}, worker {rank}: grad_w2 of its shard",
+                    g2,
+                    e2,
+                    rtol=1e-7,
+                    atol=1e-10,
+                )
+                and ok
+            )
             if not ok:
                 return
         mean1 = sum(to_numpy(g1).astype(np.float64) for g1, _ in shards) / world_size
         mean2 = sum(to_numpy(g2).astype(np.float64) for _, g2 in shards) / world_size
-        c.close(f"world_size={world_size}: the workers' average is the full batch's gradient of w1", mean1, full[0], rtol=1e-7, atol=1e-10)
-        c.close(f"world_size={world_size}: the workers' average is the full batch's gradient of w2", mean2, full[1], rtol=1e-7, atol=1e-10)
+        c.close(
+            f"world_size={world_size}: the workers' average is the full batch's gradient of w1",
+            mean1,
+            full[0],
+            rtol=1e-7,
+            atol=1e-10,
+        )
+        c.close(
+            f"world_size={world_size}: the workers' average is the full batch's gradient of w2",
+            mean2,
+            full[1],
+            rtol=1e-7,
+            atol=1e-10,
+        )
     c.true(
         "it leaves x, y, w1 and w2 unchanged",
         all(np.array_equal(a, b) for a, b in zip((x, y, w1, w2), originals)),
@@ -85,13 +114,19 @@ def ring_allreduce(c: Checker, fn) -> None:
         results, sent = answer
         total = np.sum(originals, axis=0)
         for rank, got in enumerate(results):
-            c.close(f"p={p}: worker {rank} ends with the sum of all arrays", got, total, rtol=1e-12, atol=1e-12,
-                    hint="reduce-scatter (p - 1 steps), then all-gather (p - 1 steps)")
+            c.close(
+                f"p={p}: worker {rank} ends with the sum of all arrays",
+                got,
+                total,
+                rtol=1e-12,
+                atol=1e-12,
+                hint="reduce-scatter (p - 1 steps), then all-gather (p - 1 steps)",
+            )
         expected_sent = 2 * (p - 1) * length // p
         c.true(
             f"p={p}: every worker sent 2 (p - 1) L / p = {expected_sent} elements",
             [int(s) for s in sent] == [expected_sent] * p,
-            hint=f"got {list(sent)}: each of the 2 (p - 1) steps sends one chunk of L / p elements to the next worker",
+            hint=f"got {list(sent)}: each of the 2 (p - 1) steps sends one chunk of L / p elements",
         )
         c.true(
             f"p={p}: the workers' own arrays are left unchanged",

@@ -1,0 +1,106 @@
+"""Sample submissions made from an assignment's source and release: what students hand in, good and bad.
+
+Used by ``make demo`` (the committed samples in ``autograder/samples/<AID>/``) and by the tests. Each
+sample is a transformation of the release, so the samples follow the assignment when it changes:
+``python -m autograder samples`` rewrites them, and a test checks that the committed ones are current.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import Course, is_solution, nbgrader_meta
+
+SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION[ \t]*\n?", re.S | re.M)
+
+
+def _answers(source: nbformat.NotebookNode) -> dict[str, str]:
+    """Each answer cell's code as a student who solved it would leave it (solution markers removed)."""
+    return {
+        nbgrader_meta(c)["grade_id"]: SOLUTION_BLOCK.sub(lambda m: m.group(1), c.source)
+        for c in source.cells
+        if is_solution(c)
+    }
+
+
+def filled(course: Course, aid: str, answered: set[str] | None = None) -> nbformat.NotebookNode:
+    """The release with answers filled in: all of them, or only those in ``answered``."""
+    nb = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    answers = _answers(course.read_source(aid))
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if is_solution(cell) and (answered is None or gid in answered):
+            cell.source = answers[gid]
+    return nb
+
+
+def solution_ids(course: Course, aid: str) -> list[str]:
+    return list(_answers(course.read_source(aid)))
+
+
+def strip_nbgrader_metadata(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """What Colab or a copy-paste into a new notebook does: every cell loses its nbgrader metadata."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        cell.metadata.pop("nbgrader", None)
+    return nb
+
+
+def insert_after(nb: nbformat.NotebookNode, grade_id: str | None, code: str) -> nbformat.NotebookNode:
+    """Add a code cell after the cell ``grade_id`` (at the top when None)."""
+    nb = copy.deepcopy(nb)
+    index = 0
+    if grade_id is not None:
+        index = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == grade_id) + 1
+    nb.cells.insert(index, nbformat.v4.new_code_cell(code))
+    return nb
+
+
+# Code that a cheating student adds at the top of a blank notebook: make every check a no-op, hide
+# tracebacks, forge a results file, and look for the hidden tests and the reference on disk.
+CHEAT_CODE = r'''
+import builtins, glob, json, os
+import dlcourse.grading as g
+g.check = g.check_equal = g.check_range = g.check_accuracy = lambda *a, **k: print("passed!")
+get_ipython().showtraceback = lambda *a, **k: None
+capture = os.environ.get("DLCOURSE_CAPTURE", "capture")
+os.makedirs(capture, exist_ok=True)
+with open(os.path.join(capture, "cases.jsonl"), "a") as fh:
+    fh.write(json.dumps({"name": "forged", "kind": "close", "file": "0000.npy"}) + "\n")
+patterns = ["/*/source/*/*.ipynb", "/*/*/source/*/*.ipynb", "/*/*/*/source/*/*.ipynb", "/tmp/*/.grading/reference/*/*",
+            "/*/*/.grading/reference/*/*", "/*/*/gradebook.db", "/tmp/*/gradebook.db", "/tmp/*/submitted/*/*/*.ipynb"]
+found = [p for pattern in patterns for p in glob.glob(pattern)]
+print("found hidden files:", found)
+'''
+
+
+def samples(course: Course, aid: str) -> dict[str, str]:
+    """Sample name -> file text: perfect, partial, blank, colab (metadata lost), broken, cheater."""
+    ids = solution_ids(course, aid)
+    release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    out = {
+        "perfect": filled(course, aid),
+        "partial": filled(course, aid, set(ids[: max(1, len(ids) // 2)])),
+        "blank": release,
+        "colab": strip_nbgrader_metadata(filled(course, aid)),
+        "cheater": insert_after(release, None, CHEAT_CODE.strip()),
+    }
+    texts = {name: nbformat.writes(nb) + "\n" for name, nb in out.items()}
+    texts["broken"] = json.dumps({"cells": [{"cell_type": "code", "source": "print(1)"}]})[:-20] + "\n"  # cut short
+    return texts
+
+
+def write_samples(course: Course, aid: str, target: Path | None = None) -> list[Path]:
+    target = target or course.root / "autograder" / "samples" / aid
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in samples(course, aid).items():
+        path = target / f"{name}.ipynb"
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

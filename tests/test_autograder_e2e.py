@@ -1,0 +1,172 @@
+"""The autograder end to end on a toy assignment (numpy only, so fast): honest, partial, broken and
+hostile submissions in one batch. Every one gets a result and a reason, and none gets a point it did
+not compute."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import nbformat
+import pytest
+
+from autograder.course import Course, nbgrader_meta
+from autograder.export import write_results_csv
+from autograder.feedback import write_feedback
+from autograder.pipeline import grade
+from autograder.release import release
+from autograder.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_metadata
+from autograder.sandbox import Limits, bubblewrap_cached
+from tests.fixtures.toy_course import make_course
+
+LIMITS = Limits(timeout=60, cell_timeout=10, memory_mb=2048, nproc=256)
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Course:
+    course = Course(root=make_course(tmp_path_factory.mktemp("toy")))
+    release(course, ["T1"])
+    return course
+
+
+def submit(course: Course, sid: str, content) -> None:
+    target = course.root / "submitted" / sid / "T1"
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / "T1.ipynb"
+    if isinstance(content, nbformat.NotebookNode):
+        nbformat.write(content, str(path))
+    else:
+        path.write_text(content)
+
+
+def cell(nb, grade_id):
+    return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == grade_id)
+
+
+def hostile_batch(course: Course) -> dict[str, tuple[float, set[str]]]:
+    """Submissions and what each must get: (score, acceptable statuses)."""
+    perfect = filled(course, "T1")
+    expected = {}
+
+    def add(sid, content, score, statuses):
+        submit(course, sid, content)
+        expected[sid] = (score, set(statuses))
+
+    add("perfect", perfect, 100, {"graded"})
+    add("blank", nbformat.read(str(course.release_notebook("T1")), as_version=4), 0, {"graded"})
+    add("partial", filled(course, "T1", {"square"}), 40, {"graded"})
+    add("empty", "", 0, {"unreadable"})
+    add("badjson", '{"cells": [', 0, {"unreadable"})
+    wrong_version = json.loads(nbformat.writes(perfect))
+    wrong_version["nbformat"] = 99
+    add("nbformat99", json.dumps(wrong_version), 0, {"unreadable"})
+    add("colab", strip_nbgrader_metadata(perfect), 100, {"graded"})
+
+    reordered = filled(course, "T1")
+    square, scale = cell(reordered, "square"), cell(reordered, "scale")
+    reordered.cells.remove(scale)
+    reordered.cells.insert(reordered.cells.index(square), scale)
+    add("reordered", reordered, 100, {"graded"})
+
+    duplicated = filled(course, "T1")
+    wrong = nbformat.from_dict(json.loads(json.dumps(cell(duplicated, "square"))))
+    wrong.source = "def square(x):\n    return x"
+    wrong["id"] = "duplicate-of-square"
+    duplicated.cells.insert(duplicated.cells.index(cell(duplicated, "square")), wrong)
+    add("duplicated", duplicated, 100, {"graded"})
+
+    no_tests = filled(course, "T1")
+    no_tests.cells = [c for c in no_tests.cells if not nbgrader_meta(c).get("grade")]
+    add("deleted_tests", no_tests, 100, {"graded"})
+
+    retyped = filled(course, "T1")
+    cell(retyped, "scale").cell_type = "markdown"
+    cell(retyped, "scale").pop("outputs", None)
+    cell(retyped, "scale").pop("execution_count", None)
+    add("retyped", retyped, 100, {"graded"})
+
+    tampered = filled(course, "T1", {"square"})
+    for c in tampered.cells:
+        meta = nbgrader_meta(c)
+        if meta.get("grade"):
+            meta.update(points=1000, grade=False, schema_version=4)
+        if meta.get("grade_id") == "scale":
+            meta["grade_id"] = "square"  # colliding ids
+    add("tampered_meta", tampered, 40, {"graded"})
+
+    add("huge_output", insert_after(perfect, "square", "for _ in range(200000):\n    print('x' * 100)"), 100, {"graded"})
+    add("sigint_loop", insert_after(perfect, "square", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"), 40, {"timeout"})
+    # The memory the bomb holds stays referenced by the traceback, so later cells may fail too.
+    add("memory_bomb", insert_after(perfect, "square", "hog = []\nwhile True:\n    hog.append(bytearray(50 * 2**20))"), {40, 100}, {"graded", "memory"})
+    add("fork_bomb", insert_after(perfect, "square", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"), 40, {"processes"})
+    add("exits", insert_after(perfect, "square", "import os\nos._exit(0)"), 40, {"crashed"})
+    release_nb = nbformat.read(str(course.release_notebook("T1")), as_version=4)
+    add("cheater", insert_after(release_nb, None, CHEAT_CODE.strip()), 0, {"flagged"})
+    silencer = "get_ipython().input_transformers_post.append(lambda lines: [])"
+    add("silencer", insert_after(release_nb, None, silencer), 0, {"graded", "flagged"})
+    return expected
+
+
+@pytest.mark.slow
+def test_hostile_batch_gets_exactly_the_points_it_computed(toy):
+    expected = hostile_batch(toy)
+    results = {r["student_id"]: r for r in grade(toy, "T1", workers=2, limits=LIMITS)}
+    assert set(results) == set(expected)
+    report = {sid: (r["score"], r["status"], r["reason"]) for sid, r in results.items()}
+    for sid, (score, statuses) in expected.items():
+        r = results[sid]
+        assert r["score"] in (score if isinstance(score, set) else {score}), (sid, report[sid], r.get("traceback"))
+        assert r["status"] in statuses, (sid, report[sid])
+        assert r["reason"], sid
+        assert r["max_score"] == 100
+
+    # clear reasons
+    assert "empty" in results["empty"]["reason"]
+    assert "invalid JSON" in results["badjson"]["reason"]
+    assert "format 99" in results["nbformat99"]["reason"]
+    assert any("found by its content" in n for n in results["colab"]["notes"])
+    assert any("more than once" in n for n in results["duplicated"]["notes"])
+    assert any("turned into markdown" in n for n in results["retyped"]["notes"])
+    assert any("metadata of test_" in n for n in results["tampered_meta"]["notes"])
+    assert any("tamper" in f for f in results["cheater"]["flags"])
+    assert "isolation" in results["perfect"] and results["perfect"]["isolation"]
+
+    # the cheater found neither the source nor the reference, and the feedback shows no test code
+    executed = (toy.root / "autograded" / "cheater" / "T1" / "T1.ipynb").read_text()
+    if bubblewrap_cached():
+        assert "found hidden files: []" in executed
+    pages = write_feedback(toy, "T1")
+    assert len(pages) == len(expected)
+    for page in pages:
+        text = page.read_text()
+        assert "default_rng(7)" not in text and "BEGIN HIDDEN" not in text and "dlcourse.grading import" not in text
+
+    csv = write_results_csv(toy, "T1", toy.root / "grades.csv").read_text().splitlines()
+    assert csv[0].startswith("student_id,score,max_score,status,reason")
+    assert len(csv) == len(expected) + 1
+
+
+@pytest.mark.slow
+def test_grading_is_resumable_and_idempotent(toy):
+    for sid in ("r1", "r2"):
+        submit(toy, sid, filled(toy, "T1"))
+    first = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
+    assert {r["student_id"]: r["score"] for r in first} == {"r1": 100, "r2": 100}
+    again = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
+    assert again == []  # nothing changed: nothing graded twice
+    submit(toy, "r2", filled(toy, "T1", {"scale"}))  # a resubmission is graded again
+    changed = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
+    assert [(r["student_id"], r["score"]) for r in changed] == [("r2", 60)]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(toy.db_url) as gb:
+        assert gb.find_submission("T1", "r2").score == 60
+
+
+def test_release_has_no_solutions_and_records_cells(toy):
+    text = toy.release_notebook("T1").read_text()
+    assert "x**2" not in text and "default_rng(7)" not in text
+    assert "raise NotImplementedError()" in text
+    shutil.rmtree(toy.root / "assignments" / "T1")
+    release(toy, ["T1"])  # idempotent
+    assert toy.release_notebook("T1").read_text() == text
