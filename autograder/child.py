@@ -16,6 +16,7 @@ import json
 import os
 import resource
 import sys
+import time
 from pathlib import Path
 
 READY = "DLCOURSE-CHILD-READY"
@@ -48,12 +49,16 @@ def make_client(cell_timeout: float):
             size = sum(len(json.dumps(o.get("data", o.get("text", "")))) for o in outs)
             if size > MAX_OUTPUT_CHARS:
                 if not any(o.get("name") == "truncated" for o in outs):
-                    outs.append(nbformat.v4.new_output("stream", name="truncated", text="[output truncated]\n"))
+                    outs.append(
+                        nbformat.v4.new_output("stream", name="truncated", text="[output truncated]\n")
+                    )
                 return None
             return super().output(outs, msg, display_id, cell_index)
 
     nb = nbformat.v4.new_notebook()
-    return LimitedClient(nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=False)
+    return LimitedClient(
+        nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=False
+    )
 
 
 def short(text: str, limit: int = 2000) -> str:
@@ -67,7 +72,11 @@ def run_cells(client, nb, results: list[dict]) -> None:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        entry = {"index": index, "grade_id": cell.metadata.get("nbgrader", {}).get("grade_id"), "status": "ok"}
+        entry = {
+            "index": index,
+            "grade_id": cell.metadata.get("nbgrader", {}).get("grade_id"),
+            "status": "ok",
+        }
         results.append(entry)
         try:
             client.execute_cell(cell, index)
@@ -75,12 +84,18 @@ def run_cells(client, nb, results: list[dict]) -> None:
             entry.update(status="timeout", error="the cell ran longer than the per-cell time limit")
             raise
         except DeadKernelError:
-            entry.update(status="died", error="the kernel died (the code exited, crashed, or ran out of memory)")
+            entry.update(
+                status="died", error="the kernel died (the code exited, crashed, or ran out of memory)"
+            )
             raise
         texts = []
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
-                entry.update(status="error", ename=short(str(out.get("ename")), 200), evalue=short(str(out.get("evalue"))))
+                entry.update(
+                    status="error",
+                    ename=short(str(out.get("ename")), 200),
+                    evalue=short(str(out.get("evalue"))),
+                )
             elif out.get("output_type") == "stream":
                 texts.append(str(out.get("text", "")))
             elif "text/plain" in out.get("data", {}):
@@ -105,29 +120,38 @@ def main() -> None:
     scratch = Path(args.scratch)
     work = scratch / "work"
     client = make_client(args.cell_timeout)
-    summary: dict = {"cells": [], "stopped": None}
+    summary: dict = {"cells": [], "stopped": None, "timings": {}}
+    timings = summary["timings"]
+    started = time.perf_counter()
     with client.setup_kernel(cwd=str(work)):
+        timings["kernel_start"] = time.perf_counter() - started
         warm = nbformat.v4.new_code_cell("\n".join(f"import {name}" for name in args.warm.split(",") if name))
         client.nb.cells = [warm]
+        started = time.perf_counter()
         client.execute_cell(warm, 0)
+        timings["imports"] = time.perf_counter() - started
         print(READY, flush=True)
         path = sys.stdin.readline().strip()
         if not path:
             return
         nb = nbformat.read(path, as_version=4)
+        started = time.perf_counter()
         try:
             run_cells(client, nb, summary["cells"])
         except (CellTimeoutError, DeadKernelError) as err:
             summary["stopped"] = type(err).__name__
         except Exception as err:  # the runner itself failed: say so, never hide it
             summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
-        (scratch / "run.json").write_text(json.dumps(summary))
+        timings["notebook"] = time.perf_counter() - started
         try:
             nbformat.write(nb, str(scratch / "executed.ipynb"))
         except Exception:
             pass
-        if summary["stopped"]:
-            client.km.shutdown_kernel(now=True)
+        (scratch / "run.json").write_text(json.dumps(summary))
+        # Done: kill the kernel at once (a polite shutdown waits seconds) and leave without cleanup.
+        client.km.shutdown_kernel(now=True)
+        sys.stdout.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -68,13 +68,19 @@ def run_grading(course: Course, aid: str, args, students=None) -> list[dict]:
 def add_grading_options(p: argparse.ArgumentParser) -> None:
     import os
 
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel submissions (default: cores)")
+    p.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="parallel submissions (default: cores)"
+    )
     p.add_argument("--timeout", type=float, default=600, help="seconds for a whole notebook (default 600)")
     p.add_argument("--cell-timeout", type=float, default=180, help="seconds for one cell (default 180)")
     p.add_argument("--memory", type=int, default=4096, help="MB of memory per submission (default 4096)")
-    p.add_argument("--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)")
+    p.add_argument(
+        "--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)"
+    )
     p.add_argument("--force", action="store_true", help="grade again even if already graded")
-    p.add_argument("--no-sandbox", action="store_true", help="do not use bubblewrap even if installed (rlimits only)")
+    p.add_argument(
+        "--no-sandbox", action="store_true", help="do not use bubblewrap even if installed (rlimits only)"
+    )
 
 
 def cmd_release(args) -> int:
@@ -230,7 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     from autograder.collect import CANVAS_PATTERN
 
-    p.add_argument("--pattern", default=CANVAS_PATTERN, help="regex with a (?P<student>...) group for LMS file names")
+    p.add_argument(
+        "--pattern", default=CANVAS_PATTERN, help="regex with a (?P<student>...) group for LMS file names"
+    )
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("grade", help="grade the collected submissions, sandboxed and in parallel")

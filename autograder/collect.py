@@ -73,7 +73,12 @@ def find_submissions(base: Path, aid: str, pattern: str = CANVAS_PATTERN) -> Col
     found = Collected()
     candidates: dict[str, list[Path]] = {}
     for path in sorted(base.rglob("*")):
-        if not path.is_file() or path.is_symlink() or ".ipynb_checkpoints" in path.parts or "__MACOSX" in path.parts:
+        if (
+            not path.is_file()
+            or path.is_symlink()
+            or ".ipynb_checkpoints" in path.parts
+            or "__MACOSX" in path.parts
+        ):
             continue
         if path.suffix != ".ipynb":
             found.notes.append(f"ignored {path.relative_to(base)}: not a notebook")

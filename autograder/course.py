@@ -17,7 +17,9 @@ class Course:
 
     root: Path = ROOT
     workspace: Path | None = None
-    db: str | None = None  # a gradebook URL; default: $DLCOURSE_DB_URL for this course, else SQLite in the root
+    db: str | None = (
+        None  # a gradebook URL; default: $DLCOURSE_DB_URL for this course, else SQLite in the root
+    )
 
     @property
     def source(self) -> Path:

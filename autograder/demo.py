@@ -24,7 +24,9 @@ def demo(out: Path, args) -> int:
     print(banner_text())
     started = time.monotonic()
     released = release(course)
-    print(f"released {len(released)} assignments into assignments/: {', '.join(p.parent.name for p in released)}")
+    print(
+        f"released {len(released)} assignments into assignments/: {', '.join(p.parent.name for p in released)}"
+    )
     print(f"isolation: {isolation_description(not args.no_sandbox)}\n")
     rows = []
     for aid in course.assignments():
@@ -44,5 +46,7 @@ def demo(out: Path, args) -> int:
         for r in rows:
             aid, sid = r["student_id"].split("/", 1)
             writer.writerow([aid, sid, f"{r['score']:g}", f"{r['max_score']:g}", r["status"], r["reason"]])
-    print(f"\ngrades: {out / 'grades.csv'}; feedback: {out}/<AID>/feedback/; {time.monotonic() - started:.0f} s in all")
+    print(
+        f"\ngrades: {out / 'grades.csv'}; feedback: {out}/<AID>/feedback/; {time.monotonic() - started:.0f} s in all"
+    )
     return 0

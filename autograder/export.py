@@ -14,7 +14,11 @@ RESULT_COLUMNS = ["student_id", "score", "max_score", "status", "reason"]
 
 def results(course: Course, aid: str) -> list[dict]:
     directory = course.work / "results" / aid
-    found = [load_result(course, aid, p.stem) for p in sorted(directory.glob("*.json"))] if directory.is_dir() else []
+    found = (
+        [load_result(course, aid, p.stem) for p in sorted(directory.glob("*.json"))]
+        if directory.is_dir()
+        else []
+    )
     return [r for r in found if r]
 
 
@@ -25,7 +29,16 @@ def write_results_csv(course: Course, aid: str, target: Path) -> Path:
         writer = csv.writer(fh)
         writer.writerow([*RESULT_COLUMNS, "flags"])
         for r in results(course, aid):
-            writer.writerow([r["student_id"], f"{r['score']:g}", f"{r['max_score']:g}", r["status"], r["reason"], "; ".join(r.get("flags", []))])
+            writer.writerow(
+                [
+                    r["student_id"],
+                    f"{r['score']:g}",
+                    f"{r['max_score']:g}",
+                    r["status"],
+                    r["reason"],
+                    "; ".join(r.get("flags", [])),
+                ]
+            )
     return target
 
 
@@ -41,7 +54,16 @@ def export_canvas(course: Course, target: Path, aids: list[str] | None = None) -
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *[f"{a} ({maxima.get(a, 100):g})" for a in aids]])
+        writer.writerow(
+            [
+                "Student",
+                "ID",
+                "SIS User ID",
+                "SIS Login ID",
+                "Section",
+                *[f"{a} ({maxima.get(a, 100):g})" for a in aids],
+            ]
+        )
         writer.writerow(["Points Possible", "", "", "", "", *[f"{maxima.get(a, 100):g}" for a in aids]])
         for sid in sorted(table):
             writer.writerow([sid, "", "", sid, "", *[table[sid].get(a, "") for a in aids]])

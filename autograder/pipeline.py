@@ -59,7 +59,9 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
 
 def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
     base = course.root / "submitted"
-    found = {p.parent.parent.name: p for p in sorted(base.glob(f"*/{aid}/{aid}.ipynb"))} if base.is_dir() else {}
+    found = (
+        {p.parent.parent.name: p for p in sorted(base.glob(f"*/{aid}/{aid}.ipynb"))} if base.is_dir() else {}
+    )
     if students:
         missing = [s for s in students if s not in found]
         if missing:
@@ -89,19 +91,35 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
     own_sandbox = sandbox is None
     try:
         result["submission_sha256"] = sha256_file(path)
+        t0 = time.perf_counter()
         repaired = repair(course, job.aid, path)
+        timings = {"repair": time.perf_counter() - t0}
+        result["timings"] = timings
         result["notes"] = repaired.notes
         if repaired.fatal:
             result.update(status="unreadable", reason=repaired.fatal)
             result["cells"] = [
-                {"grade_id": g, "points": 0.0, "max_points": c["points"], "passed": False, "message": repaired.fatal}
+                {
+                    "grade_id": g,
+                    "points": 0.0,
+                    "max_points": c["points"],
+                    "passed": False,
+                    "message": repaired.fatal,
+                }
                 for g, c in reference.cells.items()
             ]
             return result
         if sandbox is None:
             sandbox = Sandbox(job.limits, warm=job.warm, use_bwrap=job.use_bwrap).start()
+        t0 = time.perf_counter()
         outcome = sandbox.run(repaired.notebook)
+        timings["sandbox_run"] = time.perf_counter() - t0
+        # as the child measured them (untrusted, for the record only): kernel start and imports happen
+        # before the notebook arrives, overlapped with the previous submission
+        timings.update({f"child_{k}": v for k, v in outcome.summary.get("timings", {}).items()})
+        t0 = time.perf_counter()
         verdict = verify(reference, outcome.scratch / "capture", outcome.summary)
+        timings["verify"] = time.perf_counter() - t0
         save_executed(course, job, outcome.scratch / "executed.ipynb", repaired.notebook)
         result["cells"] = [vars(c) for c in verdict.cells]
         result["score"] = verdict.score
@@ -116,7 +134,9 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
             result["reason"] = f"{stopped}; graded on what ran before"
         else:
             result["status"] = "flagged" if result["flags"] else "graded"
-            stopped_cell = next((c for c in outcome.summary.get("cells", []) if c.get("status") == "timeout"), None)
+            stopped_cell = next(
+                (c for c in outcome.summary.get("cells", []) if c.get("status") == "timeout"), None
+            )
             failed = [c for c in verdict.cells if not c.passed]
             if stopped_cell:
                 result["status"] = "timeout"
@@ -124,7 +144,9 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
             elif not failed:
                 result["reason"] = "all tests passed"
             else:
-                result["reason"] = f"{len(failed)} of {len(verdict.cells)} tests failed; first: {failed[0].message}"
+                result["reason"] = (
+                    f"{len(failed)} of {len(verdict.cells)} tests failed; first: {failed[0].message}"
+                )
     except Exception as err:  # a grader bug must not stop the batch, and must be visible
         result.update(status="error", reason=f"grader error: {type(err).__name__}: {err}")
         result["traceback"] = traceback.format_exc()[-4000:]
@@ -189,10 +211,14 @@ def grade(
     results: list[dict] = []
     with Recorder(course.db_url) as recorder:
         if not recorder.knows(aid):
-            raise RuntimeError(f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first")
+            raise RuntimeError(
+                f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
+            )
 
         def finish(result: dict) -> None:
+            t0 = time.perf_counter()
             recorder.record(aid, result)  # gradebook first, then the result file that marks it done
+            result.setdefault("timings", {})["record"] = time.perf_counter() - t0
             write_json_atomic(result_path(course, aid, result["student_id"]), result)
             results.append(result)
             if on_result:
@@ -205,7 +231,9 @@ def grade(
     return results
 
 
-def _grade_locally(jobs: list[Job], reference: Reference, workers: int, finish: Callable[[dict], None]) -> None:
+def _grade_locally(
+    jobs: list[Job], reference: Reference, workers: int, finish: Callable[[dict], None]
+) -> None:
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
@@ -222,7 +250,11 @@ def _grade_locally(jobs: list[Job], reference: Reference, workers: int, finish: 
             try:
                 current = ready or Sandbox(job.limits, slot, job.warm, job.use_bwrap).start()
                 # Start the next child now: its kernel boots and imports while this one runs.
-                ready = Sandbox(job.limits, slot, job.warm, job.use_bwrap).start() if not pending.empty() else None
+                ready = (
+                    Sandbox(job.limits, slot, job.warm, job.use_bwrap).start()
+                    if not pending.empty()
+                    else None
+                )
                 done.put(grade_one(job, reference, current))
             except Exception as err:  # the sandbox itself failed to start: a result all the same
                 done.put(error_result(job, reference, err))

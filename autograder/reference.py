@@ -93,7 +93,9 @@ def build_reference(course: Course, aid: str, force: bool = False, timeout: floa
             cells[case.cell]["cases"].append(case.name)
         empty = [grade_id for grade_id, cell in cells.items() if not cell["cases"]]
         if empty:
-            raise ValueError(f"{aid}: graded test cells without any check(...) case cannot be graded: {empty}")
+            raise ValueError(
+                f"{aid}: graded test cells without any check(...) case cannot be graded: {empty}"
+            )
         (capture / CELLS_FILE).write_text(json.dumps(cells, indent=1))
         (capture / STAMP_FILE).write_text(digest)
         if target.exists():

@@ -47,7 +47,11 @@ def read_notebook(path: Path) -> tuple[dict | None, str | None, list[str]]:
     except OSError as err:
         return None, f"cannot read the file: {err.strerror}", notes
     if size > MAX_NOTEBOOK_BYTES:
-        return None, f"the file is {size / 2**20:.0f} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded", notes
+        return (
+            None,
+            f"the file is {size / 2**20:.0f} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded",
+            notes,
+        )
     raw = path.read_bytes()
     if not raw.strip():
         return None, "the file is empty", notes
@@ -79,7 +83,14 @@ def _student_cells(data: dict, notes: list[str]) -> list[dict]:
             continue
         metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
         nbg = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
-        cells.append({"type": cell["cell_type"], "source": _text(cell.get("source")), "nbgrader": nbg, "number": number})
+        cells.append(
+            {
+                "type": cell["cell_type"],
+                "source": _text(cell.get("source")),
+                "nbgrader": nbg,
+                "number": number,
+            }
+        )
     return cells
 
 
@@ -102,7 +113,9 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
         return Repaired(None, fatal, notes)
     source = course.read_source(aid)
     release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
-    release_by_id = {nbgrader_meta(c).get("grade_id"): c for c in release.cells if nbgrader_meta(c).get("grade_id")}
+    release_by_id = {
+        nbgrader_meta(c).get("grade_id"): c for c in release.cells if nbgrader_meta(c).get("grade_id")
+    }
     student = _student_cells(data, notes)
 
     source_ids = [nbgrader_meta(c).get("grade_id") for c in source.cells]
@@ -125,7 +138,9 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
         gid = cell["nbgrader"].get("grade_id")
         if gid in fixed_ids and index not in matched.values():
             dropped.add(index)
-    fixed_signatures = {gid: _signature_lines(_text(release_by_id[gid].source)) for gid in fixed_ids if gid in release_by_id}
+    fixed_signatures = {
+        gid: _signature_lines(_text(release_by_id[gid].source)) for gid in fixed_ids if gid in release_by_id
+    }
 
     # 3. Answers whose metadata was lost: match by the lines the release gave them.
     for gid in solution_ids:
@@ -134,7 +149,11 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
         signature = _signature_lines(_text(release_by_id[gid].source)) if gid in release_by_id else set()
         best, best_score = None, 0.0
         for index, cell in enumerate(student):
-            if index in matched.values() or index in dropped or cell["nbgrader"].get("grade_id") in solution_ids:
+            if (
+                index in matched.values()
+                or index in dropped
+                or cell["nbgrader"].get("grade_id") in solution_ids
+            ):
                 continue
             score = _similarity(signature, cell["source"])
             if score > best_score:
@@ -143,7 +162,9 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
             matched[gid] = best
             notes.append(f"the answer cell {gid} had lost its nbgrader metadata and was found by its content")
         else:
-            notes.append(f"the answer cell {gid} is missing (deleted, or changed beyond recognition): graded as not done")
+            notes.append(
+                f"the answer cell {gid} is missing (deleted, or changed beyond recognition): graded as not done"
+            )
     for index, cell in enumerate(student):
         if index in dropped or index in matched.values() or cell["type"] != "code":
             continue
@@ -151,7 +172,9 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
             if signature and _similarity(signature, cell["source"]) >= 0.9:
                 dropped.add(index)
                 if not cell["nbgrader"]:
-                    notes.append(f"a copy of the read-only cell {gid} without metadata was replaced by the original")
+                    notes.append(
+                        f"a copy of the read-only cell {gid} without metadata was replaced by the original"
+                    )
                 break
 
     # 4. Tampered metadata is reported; points and tests always come from the source.
@@ -160,9 +183,15 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
         gid = nbg.get("grade_id")
         if gid in fixed_ids and index in dropped and nbg:
             original = nbgrader_meta(source.cells[source_ids.index(gid)])
-            changed = sorted(k for k in ("grade", "solution", "locked", "points", "schema_version") if nbg.get(k) != original.get(k))
+            changed = sorted(
+                k
+                for k in ("grade", "solution", "locked", "points", "schema_version")
+                if nbg.get(k) != original.get(k)
+            )
             if changed:
-                notes.append(f"nbgrader metadata of {gid} was changed ({', '.join(changed)}); the source's was used")
+                notes.append(
+                    f"nbgrader metadata of {gid} was changed ({', '.join(changed)}); the source's was used"
+                )
 
     # 5. Build the notebook to run: the student's cells in their order, the source's fixed cells inserted.
     answer_at = {index: gid for gid, index in matched.items()}
@@ -186,8 +215,12 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
                 original = source.cells[source_ids.index(gid)]
                 new = new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
                 if cell["type"] != "code":
-                    notes.append(f"the answer cell {gid} had been turned into {cell['type']}; it was run as code")
-                answered[gid] = cell["source"].strip() != _text(release_by_id.get(gid, {}).get("source", "")).strip()
+                    notes.append(
+                        f"the answer cell {gid} had been turned into {cell['type']}; it was run as code"
+                    )
+                answered[gid] = (
+                    cell["source"].strip() != _text(release_by_id.get(gid, {}).get("source", "")).strip()
+                )
             else:
                 new = new_code_cell(cell["source"])
             cells.append(new)

@@ -16,7 +16,9 @@ import nbformat
 
 from autograder.course import Course, is_solution, nbgrader_meta
 
-SOLUTION_BLOCK = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION[ \t]*\n?", re.S | re.M)
+SOLUTION_BLOCK = re.compile(
+    r"^[ \t]*### BEGIN SOLUTION[ \t]*\n(.*?)^[ \t]*### END SOLUTION[ \t]*\n?", re.S | re.M
+)
 
 
 def _answers(source: nbformat.NotebookNode) -> dict[str, str]:
@@ -57,13 +59,15 @@ def insert_after(nb: nbformat.NotebookNode, grade_id: str | None, code: str) -> 
     index = 0
     if grade_id is not None:
         index = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == grade_id) + 1
-    nb.cells.insert(index, nbformat.v4.new_code_cell(code))
+    added = nbformat.v4.new_code_cell(code)
+    added["id"] = f"added-{index}"  # stable, so regenerated samples are byte-for-byte the same
+    nb.cells.insert(index, added)
     return nb
 
 
 # Code that a cheating student adds at the top of a blank notebook: make every check a no-op, hide
 # tracebacks, forge a results file, and look for the hidden tests and the reference on disk.
-CHEAT_CODE = r'''
+CHEAT_CODE = r"""
 import builtins, glob, json, os
 import dlcourse.grading as g
 g.check = g.check_equal = g.check_range = g.check_accuracy = lambda *a, **k: print("passed!")
@@ -76,7 +80,7 @@ patterns = ["/*/source/*/*.ipynb", "/*/*/source/*/*.ipynb", "/*/*/*/source/*/*.i
             "/*/*/.grading/reference/*/*", "/*/*/gradebook.db", "/tmp/*/gradebook.db", "/tmp/*/submitted/*/*/*.ipynb"]
 found = [p for pattern in patterns for p in glob.glob(pattern)]
 print("found hidden files:", found)
-'''
+"""
 
 
 def samples(course: Course, aid: str) -> dict[str, str]:
@@ -91,7 +95,9 @@ def samples(course: Course, aid: str) -> dict[str, str]:
         "cheater": insert_after(release, None, CHEAT_CODE.strip()),
     }
     texts = {name: nbformat.writes(nb) + "\n" for name, nb in out.items()}
-    texts["broken"] = json.dumps({"cells": [{"cell_type": "code", "source": "print(1)"}]})[:-20] + "\n"  # cut short
+    texts["broken"] = (
+        json.dumps({"cells": [{"cell_type": "code", "source": "print(1)"}]})[:-20] + "\n"
+    )  # cut short
     return texts
 
 

@@ -63,7 +63,19 @@ def bubblewrap() -> str | None:
     if not path:
         return None
     probe = subprocess.run(
-        [path, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--dev", "/dev", "--proc", "/proc", "true"],
+        [
+            path,
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-net",
+            "--unshare-pid",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "true",
+        ],
         capture_output=True,
     )
     return path if probe.returncode == 0 else None
@@ -79,7 +91,9 @@ def isolation_description(use_bwrap: bool = True) -> str:
         parts.append("bubblewrap (no network, own PID namespace, course/home/tmp hidden)")
     else:
         parts.append("no bubblewrap: NO network or file-system isolation (install 'bubblewrap' for it)")
-    parts.append("a separate unprivileged user per submission" if os.geteuid() == 0 else "same user as the grader")
+    parts.append(
+        "a separate unprivileged user per submission" if os.geteuid() == 0 else "same user as the grader"
+    )
     parts.append("rlimits (memory, processes, file size), wall-clock and per-cell timeouts")
     return "; ".join(parts)
 
@@ -131,7 +145,9 @@ def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
 class Sandbox:
     """One pre-started child: ``start()``, ``wait_ready()``, then ``run(notebook)`` exactly once."""
 
-    def __init__(self, limits: Limits, slot: int = 0, warm: tuple[str, ...] = ("numpy",), use_bwrap: bool = True):
+    def __init__(
+        self, limits: Limits, slot: int = 0, warm: tuple[str, ...] = ("numpy",), use_bwrap: bool = True
+    ):
         self.limits, self.slot, self.warm = limits, slot, warm
         self.use_bwrap = use_bwrap and bubblewrap_cached() is not None
         self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
@@ -221,7 +237,9 @@ class Sandbox:
         start = time.monotonic()
         if not self.wait_ready(timeout=120):
             self.kill()
-            return Outcome("crashed", time.monotonic() - start, self.scratch, detail=self._tail("kernel did not start"))
+            return Outcome(
+                "crashed", time.monotonic() - start, self.scratch, detail=self._tail("kernel did not start")
+            )
         try:
             self.process.stdin.write(str(path) + "\n")
             self.process.stdin.flush()
@@ -268,7 +286,11 @@ class Sandbox:
             procs = [root]
         if self.uid is not None:  # double-forked processes leave the tree but keep the uid
             known = {p.pid for p in procs}
-            procs += [p for p in psutil.process_iter(["uids"]) if p.pid not in known and p.info["uids"] and p.info["uids"].real == self.uid]
+            procs += [
+                p
+                for p in psutil.process_iter(["uids"])
+                if p.pid not in known and p.info["uids"] and p.info["uids"].real == self.uid
+            ]
         rss = 0
         for proc in procs:
             try:
@@ -329,6 +351,16 @@ def read_summary(path: Path) -> dict:
     cells = []
     for entry in data["cells"]:
         if isinstance(entry, dict) and isinstance(entry.get("index"), int):
-            clean = {str(k)[:50]: v[:4000] if isinstance(v, str) else v for k, v in entry.items() if isinstance(v, str | int | type(None))}
+            clean = {
+                str(k)[:50]: v[:4000] if isinstance(v, str) else v
+                for k, v in entry.items()
+                if isinstance(v, str | int | type(None))
+            }
             cells.append(clean)
-    return {"cells": cells, "stopped": data.get("stopped") if isinstance(data.get("stopped"), str) else None}
+    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
+    timings = {str(k)[:30]: float(v) for k, v in timings.items() if isinstance(v, int | float)}
+    return {
+        "cells": cells,
+        "stopped": data.get("stopped") if isinstance(data.get("stopped"), str) else None,
+        "timings": timings,
+    }

@@ -68,7 +68,11 @@ def digits_dataset(split: str = "train", images: bool = False, test_fraction: fl
 
 
 def digits_tf_dataset(
-    split: str = "train", batch_size: int = 32, shuffle: bool = True, seed: int = 0, test_fraction: float = 0.25
+    split: str = "train",
+    batch_size: int = 32,
+    shuffle: bool = True,
+    seed: int = 0,
+    test_fraction: float = 0.25,
 ):
     """A batched ``tf.data.Dataset`` of ``(x, label)`` with x float32 of shape (batch, 64)."""
     from dlcourse._lazy import optional
@@ -147,7 +151,9 @@ def download(url: str, checksum: str, filename: str | None = None, timeout: floa
     actual = checksum_of(partial, algorithm)
     if actual != expected:
         partial.unlink(missing_ok=True)
-        raise DownloadError(f"{algorithm} mismatch for {url}: expected {expected[:12]}..., got {actual[:12]}...")
+        raise DownloadError(
+            f"{algorithm} mismatch for {url}: expected {expected[:12]}..., got {actual[:12]}..."
+        )
     partial.replace(target)
     return target
 

@@ -88,7 +88,9 @@ class GradCheckReport:
 
     def __str__(self) -> str:
         verdict = "OK" if self.passed else "MISMATCH"
-        lines = [f"{self.name}: relative error {self.rel_error:.2e} (tolerance {self.tolerance:.0e}) {verdict}"]
+        lines = [
+            f"{self.name}: relative error {self.rel_error:.2e} (tolerance {self.tolerance:.0e}) {verdict}"
+        ]
         if not self.passed:
             lines.append("  worst coordinates (index: analytic vs numeric, relative error):")
             lines += [f"    {idx}: {a:+.6e} vs {n:+.6e}  ({e:.1e})" for idx, a, n, e in self.worst]

@@ -81,7 +81,9 @@ def plain_value(value) -> np.ndarray:
     if isinstance(value, tuple | list) and value and all(_is_tensorish(v) for v in value):
         arrays = [to_numpy(v) for v in value]
         if len({a.shape for a in arrays}) > 1:
-            raise TypeError("a case holds one array; check the items of a tuple of different shapes one by one")
+            raise TypeError(
+                "a case holds one array; check the items of a tuple of different shapes one by one"
+            )
         value = np.stack(arrays)
     elif isinstance(value, tuple | list | bool | int | float | str | np.generic):
         value = np.asarray(value)
@@ -94,7 +96,9 @@ def plain_value(value) -> np.ndarray:
 
 
 def _is_tensorish(value) -> bool:
-    return type(value).__module__.split(".")[0] in ("torch", "tensorflow", "numpy") or isinstance(value, np.ndarray)
+    return type(value).__module__.split(".")[0] in ("torch", "tensorflow", "numpy") or isinstance(
+        value, np.ndarray
+    )
 
 
 # ----------------------------------------------------------------------------- recording
@@ -111,12 +115,21 @@ def _record(directory: Path, name: str, kind: str, params: dict, value: np.ndarr
     index = sum(1 for _ in directory.glob("*.npy"))
     filename = f"{index:04d}.npy"
     np.save(directory / filename, value, allow_pickle=False)
-    entry = {"name": name, "kind": kind, "params": params, "file": filename, "cell": _current_cell, "public": public}
+    entry = {
+        "name": name,
+        "kind": kind,
+        "params": params,
+        "file": filename,
+        "cell": _current_cell,
+        "public": public,
+    }
     with open(directory / CASES_FILE, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry) + "\n")
 
 
-def load_cases(directory: Path | str, max_bytes: int = 256 * 2**20) -> tuple[dict[str, Case], dict[str, np.ndarray], list[str]]:
+def load_cases(
+    directory: Path | str, max_bytes: int = 256 * 2**20
+) -> tuple[dict[str, Case], dict[str, np.ndarray], list[str]]:
     """Read a capture or reference directory defensively: ``(cases, values, problems)``.
 
     Meant for data written by untrusted code: never unpickles, skips malformed lines, duplicate names
@@ -160,7 +173,9 @@ def load_cases(directory: Path | str, max_bytes: int = 256 * 2**20) -> tuple[dic
         except (ValueError, OSError, EOFError) as err:
             problems.append(f"case {name!r}: unreadable data ({type(err).__name__})")
             continue
-        cases[name] = Case(name, kind, params, cell if isinstance(cell, str) else None, entry.get("public") is True)
+        cases[name] = Case(
+            name, kind, params, cell if isinstance(cell, str) else None, entry.get("public") is True
+        )
     return cases, values, problems
 
 
@@ -174,7 +189,9 @@ def compare(case: Case, reference, got) -> str | None:
     """
     p = case.params
     if case.kind == "close":
-        return close_report(got, reference, rtol=p.get("rtol", 1e-5), atol=p.get("atol", 1e-8), name=case.name)
+        return close_report(
+            got, reference, rtol=p.get("rtol", 1e-5), atol=p.get("atol", 1e-8), name=case.name
+        )
     if case.kind == "equal":
         a, e = np.asarray(got), np.asarray(reference)
         if a.shape == e.shape and (a.dtype.kind in "US") == (e.dtype.kind in "US") and np.array_equal(a, e):
@@ -187,7 +204,14 @@ def compare(case: Case, reference, got) -> str | None:
         x = float(a.reshape(()))
         low, high = p.get("low"), p.get("high")
         if not np.isfinite(x) or (low is not None and x < low) or (high is not None and x > high):
-            bounds = " and ".join(s for s in (f">= {low:g}" if low is not None else "", f"<= {high:g}" if high is not None else "") if s)
+            bounds = " and ".join(
+                s
+                for s in (
+                    f">= {low:g}" if low is not None else "",
+                    f"<= {high:g}" if high is not None else "",
+                )
+                if s
+            )
             return f"{case.name}: got {x:.6g}, which should be {bounds}"
         return None
     if case.kind == "accuracy":
@@ -280,7 +304,9 @@ def _reference(directory: Path, name: str) -> tuple[Case, np.ndarray]:
         _reference_cache[key] = (cases, values)
     cases, values = _reference_cache[key]
     if name not in values:
-        raise GradingError(f"{name}: the reference has no such case (is DLCOURSE_REFERENCE the right assignment?)")
+        raise GradingError(
+            f"{name}: the reference has no such case (is DLCOURSE_REFERENCE the right assignment?)"
+        )
     return cases[name], values[name]
 
 

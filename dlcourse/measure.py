@@ -49,7 +49,9 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def time_it(fn: Callable[[], object], repeat: int = 10, warmup: int = 2, device=None, number: int = 1) -> Timing:
+def time_it(
+    fn: Callable[[], object], repeat: int = 10, warmup: int = 2, device=None, number: int = 1
+) -> Timing:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeat`` timings of ``number`` calls each,
     synchronising ``device`` (a torch device or name; None for CPU-only code) around every timing."""
     for _ in range(warmup):
@@ -111,7 +113,9 @@ def copy_bandwidth_numpy(nbytes: int = 64 * 2**20, repeat: int = 5) -> float:
     return 2 * src.nbytes / timing.median
 
 
-def transfer_bandwidth(nbytes: int = 64 * 2**20, pinned: bool = False, device="cuda", repeat: int = 5) -> float:
+def transfer_bandwidth(
+    nbytes: int = 64 * 2**20, pinned: bool = False, device="cuda", repeat: int = 5
+) -> float:
     """Measured host-to-device copy bandwidth in bytes/s, from pageable or pinned (page-locked) memory.
 
     Pinned memory lets the GPU's copy engine read the buffer directly (DMA); pageable memory is first

@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from matplotlib.figure import Figure
 
 
-def plot_losses(curves: Mapping[str, Sequence[float]], log: bool = True, title: str = "training loss", ax=None):
+def plot_losses(
+    curves: Mapping[str, Sequence[float]], log: bool = True, title: str = "training loss", ax=None
+):
     """Draw one line per named loss curve (log scale by default) and return the figure."""
     if ax is None:
         fig = Figure(figsize=(6, 3.5))

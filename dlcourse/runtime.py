@@ -52,7 +52,11 @@ def versions() -> dict[str, str]:
     takes seconds).
     """
     found = {"python": platform.python_version()}
-    for name, dists in (("numpy", ("numpy",)), ("torch", ("torch",)), ("tensorflow", ("tensorflow", "tensorflow-cpu"))):
+    for name, dists in (
+        ("numpy", ("numpy",)),
+        ("torch", ("torch",)),
+        ("tensorflow", ("tensorflow", "tensorflow-cpu")),
+    ):
         found[name] = _installed_version(*dists) or "not installed"
     return found
 

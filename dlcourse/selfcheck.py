@@ -50,7 +50,9 @@ class Report:
     def __str__(self) -> str:
         out = [f"Self-check {self.exercise}:"]
         for line in self.lines:
-            out.append(f"  {_SYMBOL[line.status]} {line.description}" + (f" -- {line.hint}" if line.hint else ""))
+            out.append(
+                f"  {_SYMBOL[line.status]} {line.description}" + (f" -- {line.hint}" if line.hint else "")
+            )
         done = sum(line.status == PASS for line in self.lines)
         verdict = "all passed" if self.passed else f"{done} of {len(self.lines)} passed"
         out.append(f"  {verdict}.")
@@ -80,11 +82,15 @@ class Checker:
             self.report.lines.append(Line(description, FAIL, hint))
             raise NotDone from None
         if result is None:
-            self.report.lines.append(Line(description, TODO, "the function returned None: did you forget `return`?"))
+            self.report.lines.append(
+                Line(description, TODO, "the function returned None: did you forget `return`?")
+            )
             raise NotDone
         return result
 
-    def close(self, description: str, got, expected, rtol: float = 1e-5, atol: float = 1e-8, hint: str = "") -> bool:
+    def close(
+        self, description: str, got, expected, rtol: float = 1e-5, atol: float = 1e-8, hint: str = ""
+    ) -> bool:
         problem = close_report(got, expected, rtol=rtol, atol=atol, name="result")
         if problem and hint:
             problem = f"{problem.rstrip('.')}. {hint}"

@@ -94,11 +94,39 @@ def hostile_batch(course: Course) -> dict[str, tuple[float, set[str]]]:
             meta["grade_id"] = "square"  # colliding ids
     add("tampered_meta", tampered, 40, {"graded"})
 
-    add("huge_output", insert_after(perfect, "square", "for _ in range(200000):\n    print('x' * 100)"), 100, {"graded"})
-    add("sigint_loop", insert_after(perfect, "square", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"), 40, {"timeout"})
+    add(
+        "huge_output",
+        insert_after(perfect, "square", "for _ in range(200000):\n    print('x' * 100)"),
+        100,
+        {"graded"},
+    )
+    add(
+        "sigint_loop",
+        insert_after(
+            perfect,
+            "square",
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+        ),
+        40,
+        {"timeout"},
+    )
     # The memory the bomb holds stays referenced by the traceback, so later cells may fail too.
-    add("memory_bomb", insert_after(perfect, "square", "hog = []\nwhile True:\n    hog.append(bytearray(50 * 2**20))"), {40, 100}, {"graded", "memory"})
-    add("fork_bomb", insert_after(perfect, "square", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"), 40, {"processes"})
+    add(
+        "memory_bomb",
+        insert_after(perfect, "square", "hog = []\nwhile True:\n    hog.append(bytearray(50 * 2**20))"),
+        {40, 100},
+        {"graded", "memory"},
+    )
+    add(
+        "fork_bomb",
+        insert_after(
+            perfect,
+            "square",
+            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        ),
+        40,
+        {"processes"},
+    )
     add("exits", insert_after(perfect, "square", "import os\nos._exit(0)"), 40, {"crashed"})
     release_nb = nbformat.read(str(course.release_notebook("T1")), as_version=4)
     add("cheater", insert_after(release_nb, None, CHEAT_CODE.strip()), 0, {"flagged"})
@@ -115,7 +143,11 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(toy):
     report = {sid: (r["score"], r["status"], r["reason"]) for sid, r in results.items()}
     for sid, (score, statuses) in expected.items():
         r = results[sid]
-        assert r["score"] in (score if isinstance(score, set) else {score}), (sid, report[sid], r.get("traceback"))
+        assert r["score"] in (score if isinstance(score, set) else {score}), (
+            sid,
+            report[sid],
+            r.get("traceback"),
+        )
         assert r["status"] in statuses, (sid, report[sid])
         assert r["reason"], sid
         assert r["max_score"] == 100
@@ -139,7 +171,11 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(toy):
     assert len(pages) == len(expected)
     for page in pages:
         text = page.read_text()
-        assert "default_rng(7)" not in text and "BEGIN HIDDEN" not in text and "dlcourse.grading import" not in text
+        assert (
+            "default_rng(7)" not in text
+            and "BEGIN HIDDEN" not in text
+            and "dlcourse.grading import" not in text
+        )
 
     csv = write_results_csv(toy, "T1", toy.root / "grades.csv").read_text().splitlines()
     assert csv[0].startswith("student_id,score,max_score,status,reason")

@@ -9,7 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dlcourse.gradients import grad_check, numeric_gradient, numeric_gradient_array, rel_error, sampled_numeric_gradient
+from dlcourse.gradients import (
+    grad_check,
+    numeric_gradient,
+    numeric_gradient_array,
+    rel_error,
+    sampled_numeric_gradient,
+)
 
 finite = st.floats(-3, 3, allow_nan=False, allow_infinity=False)
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 4))
@@ -24,7 +30,10 @@ FUNCTIONS = {
 
 
 @settings(max_examples=25, deadline=None)
-@given(x=shapes.flatmap(lambda s: arrays(np.float64, s, elements=finite)), which=st.sampled_from(sorted(FUNCTIONS)))
+@given(
+    x=shapes.flatmap(lambda s: arrays(np.float64, s, elements=finite)),
+    which=st.sampled_from(sorted(FUNCTIONS)),
+)
 def test_numeric_gradient_matches_torch_autograd(x, which):
     f_np, f_torch = FUNCTIONS[which]
     t = torch.tensor(x, requires_grad=True)

@@ -10,7 +10,16 @@ import pytest
 import torch
 
 from dlcourse import grading
-from dlcourse.grading import Case, GradingError, check, check_accuracy, check_equal, check_range, compare, load_cases
+from dlcourse.grading import (
+    Case,
+    GradingError,
+    check,
+    check_accuracy,
+    check_equal,
+    check_range,
+    compare,
+    load_cases,
+)
 
 
 @pytest.fixture(autouse=True)

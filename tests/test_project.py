@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from dlcourse.runtime import PACKAGE_SPEC, SETUP_CELL
 
@@ -27,7 +27,9 @@ def pins(path: Path) -> dict[str, str]:
 
 
 def tracked(pattern: str) -> list[Path]:
-    out = subprocess.run(["git", "ls-files", pattern], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        ["git", "ls-files", pattern], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
     return [ROOT / p for p in out]
 
 
@@ -63,7 +65,9 @@ def test_committed_notebooks_have_no_outputs():
 
 @pytest.mark.parametrize(
     "path",
-    sorted((ROOT / "lectures").glob("*.ipynb")) + sorted(ROOT.glob("source/*/*.ipynb")) + sorted(ROOT.glob("assignments/*/*.ipynb")),
+    sorted((ROOT / "lectures").glob("*.ipynb"))
+    + sorted(ROOT.glob("source/*/*.ipynb"))
+    + sorted(ROOT.glob("assignments/*/*.ipynb")),
     ids=lambda p: p.name,
 )
 def test_every_notebook_opens_with_the_set_up_cell(path):

@@ -53,7 +53,9 @@ def test_in_colab_is_false_here():
 
 
 def test_get_device_prefers_accelerators_and_obeys_override(monkeypatch):
-    expected = "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    expected = (
+        "cuda" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    )
     assert get_device().type == expected
     assert get_device("cpu").type == "cpu"
     monkeypatch.setenv("DLCOURSE_DEVICE", "meta")

@@ -1,0 +1,132 @@
+"""The graded assignments: releases are generated and leak nothing, the sources earn full marks from
+plain nbgrader, and the bundled sample submissions grade as they should with the autograder, with the
+same scores as nbgrader on the honest ones."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
+from autograder.pipeline import grade
+from autograder.reference import build_reference
+from autograder.release import LEAK_MARKERS, release, run_nbgrader
+from autograder.samples import samples
+
+MAIN = Course()
+AIDS = MAIN.assignments()
+
+
+def course_copy(tmp: Path, aids: list[str]) -> Course:
+    shutil.copy(MAIN.root / "nbgrader_config.py", tmp / "nbgrader_config.py")
+    for aid in aids:
+        shutil.copytree(MAIN.source / aid, tmp / "source" / aid)
+    return Course(root=tmp)
+
+
+def test_every_assignment_is_released():
+    assert AIDS, "no assignments in source/"
+    for aid in AIDS:
+        assert MAIN.release_notebook(aid).is_file(), f"run `make release`: {aid} has no release"
+
+
+@pytest.mark.slow
+def test_releases_are_current_and_leak_nothing(tmp_path):
+    course = course_copy(tmp_path, AIDS)
+    release(course, AIDS)
+    for aid in AIDS:
+        fresh = course.release_notebook(aid).read_text()
+        assert fresh == MAIN.release_notebook(aid).read_text(), f"{aid}: release is stale, run `make release`"
+        for marker in LEAK_MARKERS:
+            assert marker not in fresh
+        source = MAIN.read_source(aid)
+        released = nbformat.reads(fresh, as_version=4)
+        released_text = "\n".join(c.source for c in released.cells)
+        given = re.sub(
+            r"### BEGIN SOLUTION\n.*?### END SOLUTION",
+            "",
+            "\n".join(c.source for c in source.cells),
+            flags=re.S,
+        )
+        for cell in source.cells:
+            for block in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S):
+                lines = [line.strip() for line in block.splitlines() if len(line.strip()) > 25]
+                leaked = [line for line in lines if line in released_text and line not in given]
+                assert not leaked, f"{aid}: solution lines in the release: {leaked[:3]}"
+            for block in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S):
+                names = re.findall(r"check\w*\(\s*\"([^\"]+)\"", block)
+                assert not [n for n in names if n in released_text], (
+                    f"{aid}: hidden case names in the release"
+                )
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_assignment_structure(aid):
+    nb = MAIN.read_source(aid)
+    tests = [c for c in nb.cells if is_graded_test(c)]
+    assert sum(nbgrader_meta(c)["points"] for c in tests) == 100
+    assert all("### BEGIN HIDDEN TESTS" in c.source for c in tests), "every graded cell has hidden tests"
+    assert any(is_solution(c) for c in nb.cells)
+    ids = [nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c)]
+    assert len(ids) == len(set(ids))
+    assert "rules" in " ".join(c.source.lower() for c in nb.cells[:3] if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_committed_samples_are_current(aid):
+    for name, text in samples(MAIN, aid).items():
+        path = MAIN.root / "autograder" / "samples" / aid / f"{name}.ipynb"
+        assert path.read_text() == text, f"run `python -m autograder samples {aid}`"
+
+
+def nbgrader_scores(course: Course, aid: str, reference_dir: Path, students: list[str]) -> dict[str, float]:
+    """Plain nbgrader, verdicts in the student's kernel, hidden cases compared with the reference."""
+    from nbgrader.api import Gradebook
+
+    os.environ["DLCOURSE_REFERENCE"] = str(reference_dir)
+    try:
+        run_nbgrader(
+            course, "autograde", aid, "--force", "--log-level=WARN", *[f"--student={s}" for s in students]
+        )
+    finally:
+        del os.environ["DLCOURSE_REFERENCE"]
+    with Gradebook(course.db_url) as gb:
+        return {s: gb.find_submission(aid, s).score for s in students}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aid", AIDS)
+def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path):
+    course = course_copy(tmp_path, [aid])
+    release(course, [aid])
+    reference = build_reference(course, aid)
+    assert reference.max_score == 100
+    for name, text in samples(MAIN, aid).items():
+        target = course.root / "submitted" / name / aid
+        target.mkdir(parents=True)
+        (target / f"{aid}.ipynb").write_text(text)
+    solution = course.root / "submitted" / "solution" / aid
+    solution.mkdir(parents=True)
+    shutil.copy(MAIN.source_notebook(aid), solution / f"{aid}.ipynb")
+
+    results = {r["student_id"]: r for r in grade(course, aid, workers=2)}
+    summary = {sid: (r["score"], r["status"], r["reason"][:120]) for sid, r in results.items()}
+    assert results["perfect"]["score"] == 100, summary
+    assert results["solution"]["score"] == 100, summary
+    assert results["colab"]["score"] == 100, summary
+    assert any("found by its content" in note for note in results["colab"]["notes"])
+    assert results["blank"]["score"] == 0, summary
+    assert results["broken"]["score"] == 0 and results["broken"]["status"] == "unreadable"
+    assert results["cheater"]["score"] == 0 and results["cheater"]["status"] == "flagged", summary
+    assert 0 < results["partial"]["score"] < 100, summary
+
+    plain = nbgrader_scores(course, aid, reference.directory, ["solution", "partial"])
+    assert plain["solution"] == 100, "the source must earn full marks from nbgrader's own autograde"
+    assert plain["partial"] == results["partial"]["score"], (
+        "nbgrader and the autograder disagree on an honest partial"
+    )

@@ -1,0 +1,239 @@
+"""The course as people use it in a browser: JupyterLab in headless Chromium, driven by Playwright.
+
+A self-learner runs lecture 6 top to bottom and plays with its learning-rate widget; a student fills in
+an answer in assignment 1, saves, and hands the file in to the autograder; an instructor opens
+formgrader. Each step leaves a screenshot in tests/artifacts/browser/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder.course import Course, nbgrader_meta
+from autograder.release import release
+from tests.jupyter_server import CHROMIUM_ARGS, JupyterLab, copy_course, find_chromium
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
+LECTURE = "lectures/06_optim.ipynb"
+KERNEL_IDLE = "Python 3 (ipykernel) | Idle"
+
+# What a student types into assignment 1's ReLU cell (both functions of part 2, 4 + 6 points).
+RELU_ANSWER = """\
+def relu_forward(x):
+    return np.maximum(x, 0), x
+
+
+def relu_backward(dout, cache):
+    return dout * (cache > 0)"""
+RELU_TESTS = {"test_relu_forward", "test_relu_backward"}
+
+
+@pytest.fixture(scope="module")
+def chromium_path() -> str:
+    pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+    path = find_chromium()
+    if path is None:
+        pytest.skip("no Chromium binary (apt-get install chromium, or set DLCOURSE_CHROMIUM to one)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory, chromium_path) -> Course:
+    """A copy of the course with assignment 1 released into it (which also creates its gradebook)."""
+    course = Course(root=copy_course(tmp_path_factory.mktemp("course")))
+    release(course, ["A1"])
+    return course
+
+
+@pytest.fixture(scope="module")
+def lab(course, tmp_path_factory):
+    with JupyterLab(course.root, tmp_path_factory.mktemp("jupyter")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def open_notebook(page, lab: JupyterLab, path: str) -> None:
+    """Open a notebook in JupyterLab (a fresh workspace) and wait until its kernel is idle."""
+    page.goto(lab.url(f"lab/tree/{path}?reset"))
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    page.get_by_text(KERNEL_IDLE).wait_for(timeout=60_000)
+
+
+def run_all_cells(page, timeout: float = 150) -> None:
+    """Run > Run All Cells from the menu bar, then wait until every code cell has run (or one failed)."""
+    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+    prompts_js = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent)"
+    deadline, quiet = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        prompts = page.evaluate(prompts_js)
+        if prompts and all(p.strip().strip("[]:").isdigit() for p in prompts):
+            return
+        busy = any("*" in p for p in prompts) or not page.get_by_text(KERNEL_IDLE).is_visible()
+        quiet = 0 if busy else quiet + 1
+        if quiet >= 6:  # idle for 3 s with cells left unrun: a cell raised and Run All stopped there
+            errors = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+            detail = "\n".join(errors.all_inner_texts())[-3000:]
+            pytest.fail(f"Run All Cells stopped before the end; prompts {prompts}\n{detail}")
+        time.sleep(0.5)
+    pytest.fail(f"Run All Cells did not finish within {timeout:.0f} s")
+
+
+def wait_for_new_image(image, before: str, timeout: float = 60) -> str:
+    """The widget's output image once its source differs from ``before``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        src = image.get_attribute("src", timeout=5_000)
+        if src and src != before:
+            return src
+        time.sleep(0.25)
+    pytest.fail(f"the widget's plot did not change within {timeout:.0f} s of moving the control")
+
+
+def test_lecture_runs_and_its_widget_redraws_the_plot(lab, page):
+    open_notebook(page, lab, LECTURE)
+    shot(page, "06_optim-1-opened")
+    run_all_cells(page)
+
+    # Plots: PNG images in output areas, decoded by the browser (not a broken image).
+    plots = page.locator(".jp-Cell-outputArea .jp-RenderedImage img")
+    assert plots.count() >= 2, "expected the loss plot and the widget's plot"
+    sizes = plots.evaluate_all("imgs => imgs.map(i => [i.naturalWidth, i.naturalHeight])")
+    assert all(w > 100 and h > 100 for w, h in sizes), sizes
+
+    # The ipywidgets control rendered as a widget (not its static PNG fallback): a slider and a menu.
+    control = page.locator(".jp-Cell-outputArea .jupyter-widgets.widget-vbox").first
+    slider = control.locator(".widget-hslider [role=slider]")
+    readout = control.locator(".widget-hslider .widget-readout")
+    menu = control.locator(".widget-dropdown select")
+    image = control.locator(".widget-output img")
+    control.scroll_into_view_if_needed()
+    for part in (slider, menu, image):
+        part.wait_for(state="visible")
+    shot(page, "06_optim-2-ran-all")
+    start_lr, start_png = readout.inner_text(), image.get_attribute("src")
+    assert start_png.startswith("data:image/png;base64,")
+
+    # Move the slider one notch with the keyboard: the kernel retrains and the picture changes.
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    after_slider = wait_for_new_image(image, start_png)
+    assert readout.inner_text() != start_lr
+    shot(page, "06_optim-3-slider-moved")
+
+    # Pick another optimizer from the menu: the picture changes again.
+    options = menu.locator("option").all_inner_texts()
+    current = menu.evaluate("select => select.value")
+    other = next(o for o in menu.locator("option").evaluate_all("os => os.map(o => o.value)") if o != current)
+    menu.select_option(other)
+    wait_for_new_image(image, after_slider)
+    assert menu.evaluate("select => select.value") == other, options
+    shot(page, "06_optim-4-optimizer-changed")
+
+
+def type_like_a_person(page, code: str) -> None:
+    """Type ``code`` line by line into the focused editor, which indents each new line by itself."""
+    for number, line in enumerate(code.splitlines()):
+        if number:
+            page.keyboard.press("Enter")
+            if line.strip():
+                page.keyboard.press("Shift+Home")  # select the editor's automatic indentation ...
+        if line.strip():
+            page.keyboard.type(line)  # ... and replace it with the line as written
+
+
+def graded_cells(nb: dict) -> list[tuple[str, dict]]:
+    return [(nbgrader_meta(c).get("grade_id"), nbgrader_meta(c)) for c in nb["cells"] if nbgrader_meta(c)]
+
+
+def test_student_fills_an_answer_saves_and_the_autograder_grades_it(lab, course, page, tmp_path):
+    notebook = course.release_notebook("A1")
+    released = json.loads(notebook.read_text(encoding="utf-8"))
+    open_notebook(page, lab, "assignments/A1/A1.ipynb")
+
+    cell = page.locator(".jp-CodeCell", has_text="def relu_forward(").filter(has_text="raise NotImplementedError()")
+    assert cell.count() == 1
+    editor = cell.locator(".cm-content")
+    editor.scroll_into_view_if_needed()
+    editor.click()
+    page.keyboard.press("Control+a")
+    type_like_a_person(page, RELU_ANSWER)
+    shot(page, "A1-1-answer-typed")
+    page.keyboard.press("Control+s")
+    page.locator(".jp-mod-current.jp-mod-dirty").wait_for(state="detached")
+    shot(page, "A1-2-saved")
+
+    saved = json.loads(notebook.read_text(encoding="utf-8"))
+    answer = [c for c in saved["cells"] if nbgrader_meta(c).get("grade_id") == "relu"]
+    assert "".join(answer[0]["source"]).rstrip() == RELU_ANSWER
+    # Every nbgrader cell kept its metadata (ids, points, checksums, locks), in the same order.
+    assert graded_cells(saved) == graded_cells(released)
+    assert [c.get("id") for c in saved["cells"]] == [c.get("id") for c in released["cells"]]
+    changed = [nbgrader_meta(a).get("grade_id") for a, b in zip(saved["cells"], released["cells"]) if a["source"] != b["source"]]  # fmt: skip
+    assert changed == ["relu"]
+
+    # Hand the saved file in as the autograder's README says: a folder of <student>.ipynb files.
+    handin, out = tmp_path / "handin", tmp_path / "results"
+    handin.mkdir()
+    shutil.copy(notebook, handin / "student1.ipynb")
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "run", "A1", str(handin), "--out", str(out), "--workers", "1"],
+        cwd=ROOT, env=lab.environment(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "results" / "student1.json").read_text())
+    points = {c["grade_id"]: (c["passed"], c["points"], c["max_points"]) for c in result["cells"]}
+    for grade_id, (passed, got, worth) in points.items():
+        if grade_id in RELU_TESTS:
+            assert passed and got == worth > 0, (grade_id, points[grade_id])
+        else:
+            assert not passed and got == 0, (grade_id, points[grade_id])
+    assert RELU_TESTS <= set(points)
+    assert result["score"] == sum(points[g][2] for g in RELU_TESTS) == 10
+    assert result["status"] == "graded", result["reason"]
+
+
+def test_instructor_sees_the_assignments_in_formgrader(lab, course, page):
+    page.goto(lab.url("formgrader"))
+    page.get_by_role("heading", name="Manage Assignments").wait_for()
+    table = page.locator("table")
+    for aid in course.assignments():
+        table.get_by_role("link", name=aid, exact=True).wait_for()
+    released = table.locator("tr", has=page.get_by_role("link", name="A1", exact=True))
+    assert released.locator("a[href*='preview']").count() == 1, "A1 is released: formgrader offers a preview"
+    alerts = " ".join(page.locator(".alert").all_inner_texts()).lower()
+    assert "exchange" not in alerts, alerts
+    shot(page, "formgrader-1-assignments")
