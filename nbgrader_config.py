@@ -10,7 +10,9 @@ c.CourseDirectory.root = here
 c.CourseDirectory.release_directory = "assignments"
 # SQLite by default; several graders share PostgreSQL by setting DLCOURSE_DB_URL, e.g.
 # postgresql+psycopg2://grader@dbhost:5432/gradebook (psycopg2 is in the grader extra).
-c.CourseDirectory.db_url = os.environ.get("DLCOURSE_DB_URL", "sqlite:///" + os.path.join(here, "gradebook.db"))
+c.CourseDirectory.db_url = os.environ.get(
+    "DLCOURSE_DB_URL", "sqlite:///" + os.path.join(here, "gradebook.db")
+)
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".grading"]
 # Formgrader needs a writable exchange even when nobody uses it.
 c.Exchange.root = os.environ.get("DLCOURSE_EXCHANGE", os.path.join(here, ".grading", "exchange"))

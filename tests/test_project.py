@@ -51,7 +51,8 @@ def test_package_dependencies_are_ranges_and_never_force_a_framework():
 
 
 def test_committed_notebooks_have_no_outputs():
-    notebooks = tracked("*.ipynb")
+    # (the autograder's sample submissions include a deliberately broken file; they are checked elsewhere)
+    notebooks = [p for p in tracked("*.ipynb") if "samples" not in p.parts]
     assert notebooks, "no notebooks are tracked"
     dirty = []
     for path in notebooks:
