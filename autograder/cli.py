@@ -86,16 +86,16 @@ def add_grading_options(p: argparse.ArgumentParser) -> None:
 def cmd_release(args) -> int:
     from autograder.release import release
 
-    for path in release(Course(), args.aids or None):
-        print(f"released {path.relative_to(Course().root)}")
+    for path in release(args.course, args.aids or None):
+        print(f"released {path.relative_to(args.course.root)}")
     return 0
 
 
 def cmd_reference(args) -> int:
     from autograder.reference import build_reference
 
-    for aid in args.aids or Course().assignments():
-        ref = build_reference(Course(), aid, force=args.force)
+    for aid in args.aids or args.course.assignments():
+        ref = build_reference(args.course, aid, force=args.force)
         print(f"{aid}: {len(ref.cases)} cases in {len(ref.cells)} graded cells, {ref.max_score:g} points")
     return 0
 
@@ -103,7 +103,7 @@ def cmd_reference(args) -> int:
 def cmd_collect(args) -> int:
     from autograder.collect import collect
 
-    found = collect(Course(), args.aid, Path(args.path), args.pattern)
+    found = collect(args.course, args.aid, Path(args.path), args.pattern)
     for note in found.notes:
         print(f"note: {note}")
     print(f"collected {len(found.students)} submission(s) of {args.aid}: {', '.join(sorted(found.students))}")
@@ -111,7 +111,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    rows = run_grading(Course(), args.aid, args, args.student or None)
+    rows = run_grading(args.course, args.aid, args, args.student or None)
     if rows:
         print(grade_table(rows))
     return 0
@@ -120,7 +120,7 @@ def cmd_grade(args) -> int:
 def cmd_feedback(args) -> int:
     from autograder.feedback import write_feedback
 
-    written = write_feedback(Course(), args.aid)
+    written = write_feedback(args.course, args.aid)
     print(f"wrote {len(written)} feedback page(s) under feedback/")
     return 0
 
@@ -130,9 +130,9 @@ def cmd_export(args) -> int:
 
     target = Path(args.to)
     if args.format == "canvas":
-        export_canvas(Course(), target, args.assignment or None)
+        export_canvas(args.course, target, args.assignment or None)
     else:
-        export_nbgrader(Course(), target.resolve())
+        export_nbgrader(args.course, target.resolve())
     print(f"wrote {target}")
     return 0
 
@@ -140,7 +140,7 @@ def cmd_export(args) -> int:
 def cmd_report(args) -> int:
     from autograder.report import write_report
 
-    text, png = write_report(Course(), args.aid, Path(args.out))
+    text, png = write_report(args.course, args.aid, Path(args.out))
     print(text)
     print(f"histogram: {png}")
     return 0
@@ -149,28 +149,27 @@ def cmd_report(args) -> int:
 def cmd_gradescope(args) -> int:
     from autograder.gradescope import build_package
 
-    print(f"wrote {build_package(Course(), args.aid, Path(args.to))}")
+    print(f"wrote {build_package(args.course, args.aid, Path(args.to))}")
     return 0
 
 
 def cmd_gradescope_run(args) -> int:
     from autograder.gradescope import run_on_gradescope
 
-    data = run_on_gradescope(Course(), args.aid, Path(args.submission), Path(args.results))
+    data = run_on_gradescope(args.course, args.aid, Path(args.submission), Path(args.results))
     print(f"score {data['score']:g}: {data['output']}")
     return 0
 
 
-def throwaway_course(aids: list[str]) -> Course:
+def throwaway_course(main: Course, aids: list[str]) -> Course:
     """A temporary course directory with the given assignments' sources, released there."""
     from autograder.release import release
 
-    main = Course()
     root = Path(tempfile.mkdtemp(prefix="dlcourse-course-"))
     shutil.copy(main.root / "nbgrader_config.py", root)
     for aid in aids:
         shutil.copytree(main.source_notebook(aid).parent, root / "source" / aid)
-    course = Course(root=root)
+    course = Course(root=root, db="sqlite:///" + str(root / "gradebook.db"))  # never the shared gradebook
     release(course, aids)
     return course
 
@@ -181,7 +180,7 @@ def run_pipeline(aid: str, submissions: Path, out: Path, args) -> list[dict]:
     from autograder.export import write_results_csv
     from autograder.feedback import write_feedback
 
-    course = throwaway_course([aid])
+    course = throwaway_course(args.course, [aid])
     try:
         found = collect(course, aid, submissions)
         for note in found.notes:
@@ -212,14 +211,15 @@ def cmd_demo(args) -> int:
 def cmd_samples(args) -> int:
     from autograder.samples import write_samples
 
-    for aid in args.aids or Course().assignments():
-        for path in write_samples(Course(), aid):
-            print(f"wrote {path.relative_to(Course().root)}")
+    for aid in args.aids or args.course.assignments():
+        for path in write_samples(args.course, aid):
+            print(f"wrote {path.relative_to(args.course.root)}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    parser.add_argument("--course", type=Path, help="the course directory (default: this repository)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("release", help="generate student releases from source/ into assignments/")
@@ -293,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.course = Course(root=args.course.resolve()) if args.course else Course()
     try:
         return args.func(args)
     except (FileNotFoundError, KeyError, RuntimeError, ValueError) as err:

@@ -41,11 +41,7 @@ class Course:
 
     @property
     def db_url(self) -> str:
-        if self.db:
-            return self.db
-        if self.root == ROOT and "DLCOURSE_DB_URL" in os.environ:
-            return os.environ["DLCOURSE_DB_URL"]
-        return "sqlite:///" + str(self.root / "gradebook.db")
+        return self.db or os.environ.get("DLCOURSE_DB_URL") or "sqlite:///" + str(self.root / "gradebook.db")
 
     def assignments(self) -> list[str]:
         return sorted(p.name for p in self.source.iterdir() if (p / f"{p.name}.ipynb").is_file())

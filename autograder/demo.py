@@ -11,7 +11,6 @@ import csv
 import time
 from pathlib import Path
 
-from autograder.course import Course
 from autograder.release import release
 from autograder.sandbox import isolation_description
 from dlcourse.runtime import banner_text
@@ -20,7 +19,7 @@ from dlcourse.runtime import banner_text
 def demo(out: Path, args) -> int:
     from autograder.cli import grade_table, run_pipeline
 
-    course = Course()
+    course = args.course
     print(banner_text())
     started = time.monotonic()
     released = release(course)

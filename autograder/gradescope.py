@@ -13,7 +13,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from autograder.course import Course
+from autograder.course import ROOT, Course
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once when it builds the autograder image (Ubuntu, as root).
@@ -41,14 +41,15 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
     files: dict[str, Path | str] = {
         "setup.sh": SETUP_SH,
         "run_autograder": RUN_AUTOGRADER.format(aid=aid),
-        "requirements.txt": course.root / "requirements.txt",
-        "pyproject.toml": course.root / "pyproject.toml",
-        "README.md": course.root / "README.md",
+        # the grader's code and pins come from this project; the assignment from the course
+        "requirements.txt": ROOT / "requirements.txt",
+        "pyproject.toml": ROOT / "pyproject.toml",
+        "README.md": ROOT / "README.md",
         "nbgrader_config.py": course.root / "nbgrader_config.py",
     }
     for package in ("dlcourse", "autograder"):
-        for path in sorted((course.root / package).rglob("*.py")):
-            files[path.relative_to(course.root).as_posix()] = path
+        for path in sorted((ROOT / package).rglob("*.py")):
+            files[path.relative_to(ROOT).as_posix()] = path
     for folder in (course.source / aid, course.release / aid):
         for path in sorted(folder.rglob("*")):
             if path.is_file() and ".ipynb_checkpoints" not in path.parts:

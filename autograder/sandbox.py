@@ -13,6 +13,7 @@ frameworks), so kernel start and imports overlap with the previous submission's 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -31,20 +32,21 @@ from autograder.child import READY
 from autograder.course import ROOT
 
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
-_uids_in_use: set[int] = set()
-_uid_lock = threading.Lock()
+UID_LOCKS = Path(tempfile.gettempdir()) / "dlcourse-uid-locks"
 
 
-def allocate_uid() -> int:
-    with _uid_lock:
-        uid = next(u for u in range(BASE_UID, BASE_UID + 10_000) if u not in _uids_in_use)
-        _uids_in_use.add(uid)
-        return uid
-
-
-def release_uid(uid: int) -> None:
-    with _uid_lock:
-        _uids_in_use.discard(uid)
+def allocate_uid() -> tuple[int, int]:
+    """A uid that no other live sandbox uses, in this process or any other (Dask workers are processes):
+    held by an flock on a lock file, which the kernel releases even if the grader dies. ``(uid, fd)``."""
+    UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
+    for uid in range(BASE_UID, BASE_UID + 10_000):
+        fd = os.open(UID_LOCKS / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return uid, fd
+        except BlockingIOError:
+            os.close(fd)
+    raise RuntimeError("no free sandbox uid")
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class Sandbox:
         self.limits, self.slot, self.warm = limits, slot, warm
         self.use_bwrap = use_bwrap and bubblewrap_cached() is not None
         self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
-        self.uid = allocate_uid() if os.geteuid() == 0 else None
+        self.uid, self._uid_lock = allocate_uid() if os.geteuid() == 0 else (None, None)
         self.process: subprocess.Popen | None = None
         self._ready = threading.Event()
         self._log: list[str] = []
@@ -320,9 +322,9 @@ class Sandbox:
     def cleanup(self) -> None:
         self.kill()
         shutil.rmtree(self.scratch, ignore_errors=True)
-        if self.uid is not None:
-            release_uid(self.uid)
-            self.uid = None
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
+            self.uid = self._uid_lock = None
 
 
 def kill_all_of_uid(uid: int) -> None:

@@ -21,3 +21,15 @@ def root() -> Path:
 def tf():
     """TensorFlow, imported once per test session (its import takes seconds)."""
     return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="session")
+def toy(tmp_path_factory):
+    """A course directory with the toy assignment T1, released (its gradebook knows T1)."""
+    from autograder.course import Course
+    from autograder.release import release
+    from tests.fixtures.toy_course import make_course
+
+    course = Course(root=make_course(tmp_path_factory.mktemp("toy")))
+    release(course, ["T1"])
+    return course

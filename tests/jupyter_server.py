@@ -40,6 +40,19 @@ def find_chromium() -> str | None:
     return None
 
 
+def project_env() -> dict[str, str]:
+    """This environment with the project's ``.venv/bin`` first on PATH, and no shared gradebook."""
+    env = dict(os.environ)
+    env.pop("DLCOURSE_DB_URL", None)  # a course copy keeps its own SQLite gradebook, never a shared one
+    env.update(
+        PATH=str(VENV_BIN) + os.pathsep + env.get("PATH", ""),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_ENABLE_ONEDNN_OPTS="0",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -76,8 +89,7 @@ class JupyterLab:
         return f"{self.base_url}/{path}{sep}token={self.token}"
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("DLCOURSE_DB_URL", None)  # the copy's own SQLite gradebook, never a shared one
+        env = project_env()
         config = self.state / "jupyter-config"
         # A fresh user configuration: no one's saved workspace or settings, no news pop-up over the page.
         (config / "labconfig").mkdir(parents=True, exist_ok=True)
@@ -85,14 +97,10 @@ class JupyterLab:
             '{"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": true}}'
         )
         env.update(
-            PATH=str(VENV_BIN) + os.pathsep + env.get("PATH", ""),
             JUPYTER_CONFIG_DIR=str(config),
             JUPYTER_RUNTIME_DIR=str(self.state / "jupyter-runtime"),
             IPYTHONDIR=str(self.state / "ipython"),
-            DLCOURSE_EXCHANGE=str(self.state / "exchange"),
-            TF_CPP_MIN_LOG_LEVEL="2",
-            TF_ENABLE_ONEDNN_OPTS="0",
-            PYTHONUNBUFFERED="1",
+            DLCOURSE_EXCHANGE=str(self.state / "exchange"),  # formgrader needs a writable exchange
         )
         (self.state / "exchange").mkdir(parents=True, exist_ok=True)
         return env

@@ -17,26 +17,9 @@ from autograder.pipeline import grade
 from autograder.release import release
 from autograder.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_metadata
 from autograder.sandbox import Limits, bubblewrap_cached
-from tests.fixtures.toy_course import make_course
+from tests.fixtures.toy_course import submit
 
 LIMITS = Limits(timeout=60, cell_timeout=10, memory_mb=2048, nproc=256)
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory) -> Course:
-    course = Course(root=make_course(tmp_path_factory.mktemp("toy")))
-    release(course, ["T1"])
-    return course
-
-
-def submit(course: Course, sid: str, content) -> None:
-    target = course.root / "submitted" / sid / "T1"
-    target.mkdir(parents=True, exist_ok=True)
-    path = target / "T1.ipynb"
-    if isinstance(content, nbformat.NotebookNode):
-        nbformat.write(content, str(path))
-    else:
-        path.write_text(content)
 
 
 def cell(nb, grade_id):
