@@ -201,6 +201,7 @@ class Sandbox:
                 os.chown(path, self.uid, self.uid)
         self.process = subprocess.Popen(
             self.command(),
+            preexec_fn=_die_with_grader,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -325,6 +326,17 @@ class Sandbox:
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None
+
+
+def _die_with_grader() -> None:
+    """In the child before exec: get SIGKILL when the grader dies, so a killed grader leaves no runs
+    behind (bubblewrap's --die-with-parent does the same for everything inside its sandbox)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def kill_all_of_uid(uid: int) -> None:

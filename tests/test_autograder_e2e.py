@@ -189,3 +189,58 @@ def test_release_has_no_solutions_and_records_cells(toy):
     shutil.rmtree(toy.root / "assignments" / "T1")
     release(toy, ["T1"])  # idempotent
     assert toy.release_notebook("T1").read_text() == text
+
+
+@pytest.mark.slow
+def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from nbgrader.api import Gradebook
+
+    from autograder.record import result_path
+
+    students = [f"k{i}" for i in range(4)]
+    for sid in students:
+        submit(toy, sid, filled(toy, "T1"))
+    command = [
+        sys.executable,
+        "-m",
+        "autograder",
+        "--course",
+        str(toy.root),
+        "grade",
+        "T1",
+        "--workers",
+        "1",
+        "--timeout",
+        "60",
+    ]
+    command += [arg for sid in students for arg in ("--student", sid)]
+    grader = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    first = result_path(toy, "T1", students[0])
+    deadline = time.monotonic() + 180
+    while not any(result_path(toy, "T1", s).exists() for s in students) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(grader.pid, signal.SIGKILL)  # mid-batch, without warning
+    grader.wait()
+    done_before = {
+        s: result_path(toy, "T1", s).stat().st_mtime_ns
+        for s in students
+        if result_path(toy, "T1", s).exists()
+    }
+    assert done_before and len(done_before) < len(students), "the kill should land mid-batch"
+    assert first.exists() or done_before
+
+    rest = grade(toy, "T1", workers=2, limits=LIMITS, students=students)
+    assert sorted(r["student_id"] for r in rest) == sorted(set(students) - set(done_before))
+    for sid, mtime in done_before.items():
+        assert result_path(toy, "T1", sid).stat().st_mtime_ns == mtime  # not graded again
+    with Gradebook(toy.db_url) as gb:
+        rows = [s for s in gb.find_assignment("T1").submissions if s.student.id in students]
+        assert sorted(s.student.id for s in rows) == students and all(s.score == 100 for s in rows)
