@@ -25,6 +25,7 @@ demo: setup
 
 ## lab: open JupyterLab on the course
 lab: setup
+	@mkdir -p .grading/exchange
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 ## test: lint, then the whole test suite
