@@ -86,7 +86,10 @@ def plain_value(value) -> np.ndarray:
             )
         value = np.stack(arrays)
     elif isinstance(value, tuple | list | bool | int | float | str | np.generic):
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value)
+        except ValueError as err:  # ragged nested lists
+            raise TypeError(f"cannot record a ragged list as one array ({err})") from None
     arr = to_numpy(value) if _is_tensorish(value) else np.asarray(value)
     if arr.dtype == object or arr.dtype.kind == "V":
         raise TypeError(f"cannot record a value of type {type(value).__name__} as plain data")
