@@ -98,6 +98,7 @@ class JupyterLab:
         )
         env.update(
             JUPYTER_CONFIG_DIR=str(config),
+            JUPYTER_DATA_DIR=str(self.state / "jupyter-data"),  # the kernelspec and extensions stay in .venv
             JUPYTER_RUNTIME_DIR=str(self.state / "jupyter-runtime"),
             IPYTHONDIR=str(self.state / "ipython"),
             DLCOURSE_EXCHANGE=str(self.state / "exchange"),  # formgrader needs a writable exchange
@@ -122,9 +123,13 @@ class JupyterLab:
         with open(self.log, "wb") as log:
             # Its own session, so stop() can end the server and the kernels it started, and nothing else.
             self.process = subprocess.Popen(
-                command, cwd=self.root, env=self.environment(), stdout=log, stderr=subprocess.STDOUT,
+                command,
+                cwd=self.root,
+                env=self.environment(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -29,8 +29,14 @@ PROJECT_SITE = Path(sysconfig.get_paths()["purelib"])  # the project's .venv sit
 # (which pip would count as installed). Everything else, pip and setuptools included, is "preinstalled".
 HIDDEN = ["__editable__*dlcourse*", "dlcourse-*.dist-info", "__pycache__"]
 FRAMEWORKS = ("torch", "tensorflow", "tensorflow-cpu")
-NO_NETWORK = ("No matching distribution found", "Could not find a version", "NewConnectionError",
-              "Network is unreachable", "Temporary failure in name resolution", "Failed to establish")  # fmt: skip
+NO_NETWORK = (
+    "No matching distribution found",
+    "Could not find a version",
+    "NewConnectionError",
+    "Network is unreachable",
+    "Temporary failure in name resolution",
+    "Failed to establish",
+)
 
 # Run in the runtime's IPython, one cell at a time, as a notebook's kernel would.
 SHELL = """\
@@ -40,7 +46,7 @@ from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
 for number, cell in enumerate(json.load(open(sys.argv[1]))):
     print(f"=== cell {number}", flush=True)
-    result = shell.run_cell(cell)
+    result = shell.run_cell(cell, store_history=True)
     sys.stdout.flush()
     if not result.success:
         sys.exit(10 + number)
@@ -60,8 +66,10 @@ def lecture_cells(exercise: str) -> tuple[str, str]:
     nb = json.loads((ROOT / "lectures" / "06_optim.ipynb").read_text(encoding="utf-8"))
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     defines = [s for s in code if f"def {exercise}(" in s]
-    stub = next(s for s in defines if "NotImplementedError" in s)
-    solution = next(s for s in defines if "NotImplementedError" not in s and f'check("l06.{exercise}"' in s)
+    stubs = [s for s in defines if "NotImplementedError" in s]
+    solutions = [s for s in defines if "NotImplementedError" not in s and f'check("l06.{exercise}"' in s]
+    assert stubs and solutions, f"lecture 6 no longer has an exercise cell and a solution cell for {exercise}"
+    stub, solution = stubs[0], solutions[0]
     return stub, solution
 
 
@@ -93,7 +101,10 @@ def pip_list(python: Path, env: dict[str, str], cwd: Path) -> dict[str, str]:
 
 def framework_files(python: Path, env: dict[str, str], cwd: Path) -> dict[str, str]:
     """Where torch and TensorFlow load from, found without importing them (TensorFlow's import is slow)."""
-    probe = "import importlib.util as u, json; print(json.dumps({m: u.find_spec(m).origin for m in ('torch', 'tensorflow')}))"  # fmt: skip
+    probe = (
+        "import importlib.util as u, json; "
+        "print(json.dumps({m: u.find_spec(m).origin for m in ('torch', 'tensorflow')}))"
+    )
     done = run([str(python), "-c", probe], env, cwd)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -114,12 +125,7 @@ def runtime(tmp_path_factory):
     for entry in PROJECT_SITE.iterdir():
         if not any(fnmatch.fnmatch(entry.name, pattern) for pattern in HIDDEN):
             (preinstalled / entry.name).symlink_to(entry)
-    site = Path(
-        subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True, capture_output=True, text=True,
-        ).stdout.strip()
-    )  # fmt: skip
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     # addsitedir (not a bare path line) so that the preinstalled packages' own .pth files are honoured
     (site / "colab_preinstalled.pth").write_text(f"import site; site.addsitedir({str(preinstalled)!r})\n")
 
@@ -190,5 +196,5 @@ def test_set_up_cell_installs_the_package_and_leaves_the_frameworks_alone(runtim
 
     # The self-checks work with the runtime's own numpy and torch.
     assert "\u2713 x" in check_output
-    assert "not done yet" in stub_output
+    assert "still raises NotImplementedError" in stub_output and "0 of 1 passed" in stub_output
     assert "all passed" in solution_output

@@ -1,0 +1,79 @@
+"""The benchmarks are not tests: no measured figure is checked here. What is checked is that
+``python -m benchmarks --quick`` runs and records a well-formed run, and that RESULTS.md is exactly what
+the recorded runs give (so every figure in it comes from a recorded run)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.report import write_report
+
+
+@pytest.mark.slow
+def test_quick_run_records_a_well_formed_run(root, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = sorted((tmp_path / "results").glob("*.json"))
+    assert [p.name for p in runs] and re.fullmatch(r"\d{4}-\d\d-\d\dT\d{6}Z\.json", runs[0].name)
+    run = json.loads(runs[0].read_text())
+    assert run["quick"] is True and set(run["sections"]) == {"grading", "course", "claims"}
+
+    machine = run["machine"]
+    assert machine["cores"] >= 1 and machine["cpu_model"]
+    assert all(machine["versions"][name] for name in ("torch", "tensorflow", "nbgrader"))
+    assert isinstance(machine["bubblewrap"], bool) and len(machine["load_average_start"]) == 3
+
+    grading = run["sections"]["grading"]
+    (a1,) = grading["assignments"]
+    assert a1["assignment"] == "A1" and sum(a1["kinds"].values()) == 4
+    for way in ("nbgrader", "lower_bound", "autograder"):
+        assert a1[way]["submissions"] == 4 and a1[way]["seconds"] > 0 and a1[way]["per_minute"] > 0
+    assert a1["scores"]["honest_compared"] == a1["kinds"]["partial"] + a1["kinds"]["blank"]
+    assert {s["status"] for s in a1["submissions"] if s["kind"] == "broken"} == {"unreadable"}
+    assert set(grading["targets"]["met"]) == {
+        "autograder_vs_nbgrader",
+        "lower_bound_vs_autograder",
+        "overhead_seconds",
+    }
+    ran = [s for s in a1["submissions"] if s["kind"] != "broken"]
+    assert all({"sandbox_run", "child_notebook", "verify", "record"} <= set(s["timings"]) for s in ran)
+
+    (lecture,) = run["sections"]["course"]["notebooks"]
+    assert lecture["seconds"] > 0 and lecture["limit_seconds"] == 90
+    claims = {c["name"]: c for c in run["sections"]["claims"]["claims"]}
+    assert set(claims) == {"numpy_vs_torch", "loops_vs_vectorised", "static_graphs", "tf_function",
+                           "dataloader_workers", "matmul_cpu", "gpu"}  # fmt: skip
+    assert not any(c.get("error") for c in claims.values())
+    assert all(c["rows"] or c["skipped"] for c in claims.values())
+
+    text = (tmp_path / "RESULTS.md").read_text()
+    for heading in ("## Grading throughput", "### Targets", "### Overhead per submission", "## Course run time",
+                    "## The lectures' speed claims"):  # fmt: skip
+        assert heading in text
+    assert runs[0].name in text and (tmp_path / "results" / "summary.png").stat().st_size > 0
+
+
+def test_results_md_is_what_the_recorded_runs_give(root, tmp_path):
+    recorded = sorted((root / "benchmarks" / "results").glob("*.json"))
+    if not recorded:
+        pytest.skip("no recorded benchmark run yet")
+    (tmp_path / "results").mkdir()
+    for path in recorded:
+        shutil.copy(path, tmp_path / "results")
+    write_report(tmp_path)
+    assert (tmp_path / "RESULTS.md").read_text() == (root / "benchmarks" / "RESULTS.md").read_text(), (
+        "benchmarks/RESULTS.md differs from what benchmarks/results/*.json give: "
+        "run `.venv/bin/python -m benchmarks --report-only`"
+    )
