@@ -28,11 +28,11 @@ lab: setup
 	@mkdir -p .grading/exchange
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
-## test: lint, then the whole test suite
+## test: lint, then the whole test suite on two workers (one BLAS thread each, so they do not fight over cores)
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
 
 ## bench: measure grading throughput, course run time and the lectures' speed claims (benchmarks/RESULTS.md)
 bench: setup

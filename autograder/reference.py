@@ -8,6 +8,7 @@ code can never read.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import shutil
@@ -65,13 +66,23 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
 
 
 def build_reference(course: Course, aid: str, force: bool = False, timeout: float = 300) -> Reference:
-    """Return the reference of ``aid``, running the source only if it changed since the last build."""
-    target = course.reference_dir / aid
-    digest = source_digest(course, aid)
-    stamp = target / STAMP_FILE
-    if not force and stamp.is_file() and stamp.read_text() == digest:
-        return load_reference(target)
+    """Return the reference of ``aid``, running the source only if it changed since the last build.
 
+    Several graders (or test workers) may ask at once: a lock file makes one of them build it and the
+    others wait and reuse it.
+    """
+    target = course.reference_dir / aid
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{aid}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest = source_digest(course, aid)
+        stamp = target / STAMP_FILE
+        if not force and stamp.is_file() and stamp.read_text() == digest:
+            return load_reference(target)
+        return _build(course, aid, target, digest, timeout)
+
+
+def _build(course: Course, aid: str, target: Path, digest: str, timeout: float) -> Reference:
     nb = course.read_source(aid)
     cells = mark_test_cells(nb)
     if not cells:
@@ -100,7 +111,6 @@ def build_reference(course: Course, aid: str, force: bool = False, timeout: floa
         (capture / STAMP_FILE).write_text(digest)
         if target.exists():
             shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(capture), str(target))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

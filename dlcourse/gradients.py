@@ -23,23 +23,30 @@ def rel_error(a, b, eps: float = 1e-12) -> float:
     return float(np.max(np.abs(a - b) / np.maximum(eps, np.abs(a) + np.abs(b))))
 
 
+def central_difference(
+    f: Callable[[np.ndarray], float], x: np.ndarray, idx: tuple[int, ...], h: float = 1e-5
+) -> float:
+    """``(f(x + h e_idx) - f(x - h e_idx)) / 2h``: the slope of ``f`` along one coordinate of ``x``.
+
+    ``x`` is changed in place while probing and restored afterwards, so ``f`` may close over it.
+    """
+    old = x[idx]
+    x[idx] = old + h
+    f_plus = float(f(x))
+    x[idx] = old - h
+    f_minus = float(f(x))
+    x[idx] = old
+    return (f_plus - f_minus) / (2 * h)
+
+
 def numeric_gradient(f: Callable[[np.ndarray], float], x: np.ndarray, h: float = 1e-5) -> np.ndarray:
     """Gradient of a scalar function ``f`` at ``x`` by central differences, one coordinate at a time.
 
-    ``x`` is changed in place while probing and restored afterwards, so ``f`` may close over it.
     Cost: two calls of ``f`` per entry of ``x``; see :func:`sampled_numeric_gradient` for big arrays.
     """
     grad = np.zeros_like(x, dtype=np.float64)
-    it = np.nditer(x, flags=["multi_index"], op_flags=[["readwrite"]])
-    for _ in it:
-        idx = it.multi_index
-        old = x[idx]
-        x[idx] = old + h
-        f_plus = float(f(x))
-        x[idx] = old - h
-        f_minus = float(f(x))
-        x[idx] = old
-        grad[idx] = (f_plus - f_minus) / (2 * h)
+    for idx in np.ndindex(x.shape):
+        grad[idx] = central_difference(f, x, idx, h)
     return grad
 
 
@@ -61,16 +68,7 @@ def sampled_numeric_gradient(
     """
     rng = np.random.default_rng(seed)
     indices = [tuple(int(rng.integers(n)) for n in x.shape) for _ in range(num_samples)]
-    values = np.empty(len(indices))
-    for k, idx in enumerate(indices):
-        old = x[idx]
-        x[idx] = old + h
-        f_plus = float(f(x))
-        x[idx] = old - h
-        f_minus = float(f(x))
-        x[idx] = old
-        values[k] = (f_plus - f_minus) / (2 * h)
-    return indices, values
+    return indices, np.array([central_difference(f, x, idx, h) for idx in indices])
 
 
 @dataclass

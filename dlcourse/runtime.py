@@ -20,7 +20,7 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 
 
-# The set-up cell that opens every notebook, word for word (tests/test_setup_cells.py checks it).
+# The set-up cell that opens every notebook, word for word (tests/test_project.py checks it).
 # On Colab it installs this package at a pinned tag; locally it installs nothing. DLCOURSE_PIP
 # points it elsewhere (a fork, a branch, or a local checkout in the tests' Colab-like run).
 PACKAGE_SPEC = "dlcourse @ git+https://github.com/dlcourse-org/dlcourse@v0.1.0"

@@ -19,7 +19,7 @@ from autograder.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_
 from autograder.sandbox import Limits, bubblewrap_cached
 from tests.fixtures.toy_course import submit
 
-LIMITS = Limits(timeout=60, cell_timeout=10, memory_mb=2048, nproc=256)
+LIMITS = Limits(timeout=90, cell_timeout=20, memory_mb=2048, nproc=256)
 
 
 def cell(nb, grade_id):
