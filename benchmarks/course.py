@@ -1,0 +1,72 @@
+"""Course run time: every lecture and every source assignment, top to bottom in a fresh kernel.
+
+Each notebook runs as the test suite runs it (``autograder.notebooks.execute_notebook``, in a temporary
+folder), and its wall time, kernel start included, is set against its limit: lectures 1-7 90 s, lectures
+8-11 120 s, assignments 120 s, on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from autograder.course import ROOT
+from autograder.notebooks import execute_notebook
+from benchmarks.machine import load_average
+
+ASSIGNMENT_LIMIT = 120.0
+CELL_TIMEOUT = 300  # generous: a slow notebook is measured and reported, not cut short
+
+
+def limit_for(path: Path) -> float:
+    """Lectures 1-7: 90 s; lectures 8-11: 120 s; assignments: 120 s."""
+    if path.parent.parent.name == "source":
+        return ASSIGNMENT_LIMIT
+    number = re.match(r"(\d+)_", path.name)
+    return 90.0 if number and int(number.group(1)) <= 7 else 120.0
+
+
+def notebooks(quick: bool) -> list[Path]:
+    lectures = sorted((ROOT / "lectures").glob("[0-9][0-9]_*.ipynb"))
+    assignments = sorted((ROOT / "source").glob("*/*.ipynb"))
+    assignments = [p for p in assignments if p.stem == p.parent.name]
+    return lectures[:1] if quick else lectures + assignments
+
+
+def time_notebook(path: Path) -> dict:
+    limit = limit_for(path)
+    entry = {"notebook": str(path.relative_to(ROOT)), "limit_seconds": limit, "error": None}
+    start = time.perf_counter()
+    try:
+        execute_notebook(path, timeout=CELL_TIMEOUT)
+    except Exception as err:  # an error ends the run; the time until then is still reported
+        entry["error"] = (
+            f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300] if str(err).strip() else ''}"
+        )
+    seconds = time.perf_counter() - start
+    entry.update(
+        seconds=round(seconds, 2),
+        within_limit=entry["error"] is None and seconds <= limit,
+        load_average_after=load_average(),
+    )
+    return entry
+
+
+def run_course(quick: bool = False) -> dict:
+    """The course section of a run: one entry per notebook, in order."""
+    entries = []
+    for path in notebooks(quick):
+        print(f"[{time.strftime('%H:%M:%S')}] course: {path.relative_to(ROOT)}", flush=True)
+        entries.append(time_notebook(path))
+    notes = ["--quick: the first lecture only"] if quick else []
+    lecture_numbers = {int(p.name[:2]) for p in (ROOT / "lectures").glob("[0-9][0-9]_*.ipynb")}
+    missing = sorted(set(range(1, 12)) - lecture_numbers)
+    if missing:
+        notes.append(f"lectures not in lectures/ at the time of the run: {', '.join(map(str, missing))}")
+    return {
+        "notebooks": entries,
+        "all_within_limits": all(e["within_limit"] for e in entries),
+        "total_seconds": round(sum(e["seconds"] for e in entries), 2),
+        "notes": notes,
+    }

@@ -1,0 +1,465 @@
+"""Grading throughput: plain nbgrader, the bare lower bound and the autograder on the same submissions.
+
+For each assignment (A3 and A1 when both exist) one generated class is graded three ways:
+
+- **nbgrader**: plain sequential ``nbgrader autograde`` in a throwaway course, with ``DLCOURSE_REFERENCE``
+  set so that hidden cases are compared in the student's kernel (nbgrader's own way of grading);
+- **lower bound**: each notebook that nbgrader would run (the submission with the source's test cells, as
+  ``autograder.repair`` builds it) executed once by nbclient, with no grading at all, one after the other;
+  the total divided by the number of cores is what perfect parallel execution could reach. Each kernel gets
+  the thread count the autograder gives its kernels (cores / workers), so parallelism is not counted twice;
+- **autograder**: ``autograder.pipeline.grade`` with ``workers`` (default: the cores), sandboxed as it
+  runs in production, in a throwaway course of its own.
+
+The order of the three alternates between assignments, so that a change in the machine's load over the run
+does not always favour the same one. Scaling (10, 20, 40 submissions; 1 against 2 workers) and the
+autograder's overhead per submission come from the same class.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+
+from autograder import sandbox
+from autograder.course import ROOT, Course, nbgrader_meta
+from autograder.notebooks import execute_notebook
+from autograder.pipeline import grade
+from autograder.reference import build_reference
+from autograder.release import release, run_nbgrader
+from autograder.repair import repair
+from autograder.sandbox import Limits, bubblewrap_cached
+from benchmarks.machine import load_average
+from benchmarks.submissions import HONEST, Submission, make_submissions, write_submissions
+from dlcourse.grading import REFERENCE_ENV
+
+# The benchmark's own reference cache (git-ignored): another session rebuilding the shared cache in
+# .grading/ must not trigger a rebuild inside a timed run.
+REFERENCE_CACHE = ROOT / "benchmarks" / "results" / "tmp" / "reference"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+TIMING_KEYS = (
+    "repair",
+    "sandbox_run",
+    "child_kernel_start",
+    "child_imports",
+    "child_notebook",
+    "verify",
+    "record",
+)
+TARGETS = {"autograder_vs_nbgrader": 1.8, "lower_bound_vs_autograder": 1.3, "overhead_seconds": 0.5}
+FULL_COUNT, QUICK_COUNT = 40, 4
+SCALING_SIZES = (10, 20)
+
+
+def private_uid_range() -> None:
+    """Give this process's sandboxes user ids no other grader on the machine uses.
+
+    The autograder numbers its sandbox users from ``BASE_UID`` in every process, so two graders running at
+    once (another person's test run on a shared machine) hand out the same uid, and one's clean-up
+    (``kill_all_of_uid``) kills the other's kernels: a submission then ends "crashed" with no output.
+    """
+    sandbox.BASE_UID = 200_000 + (os.getpid() % 5_000) * 64
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+@contextmanager
+def environment(**values: str):
+    """Set environment variables for the block (nbgrader's subprocess and kernels inherit them)."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def choose_assignments(course: Course, quick: bool) -> tuple[list[str], list[str]]:
+    """A3 (torch) and A1 (numpy) when both exist; otherwise what exists, with a note saying so."""
+    known = course.assignments()
+    wanted = ["A1"] if quick else ["A3", "A1"]
+    chosen, notes = [a for a in wanted if a in known], []
+    for aid in wanted:
+        if aid not in known:
+            spare = next((a for a in ("A2", *known) if a in known and a not in chosen), None)
+            notes.append(
+                f"{aid} is not in source/ yet: " + (f"{spare} graded instead" if spare else "skipped")
+            )
+            if spare:
+                chosen.append(spare)
+    return chosen, notes
+
+
+def throwaway_course(aid: str) -> Course:
+    """A temporary course directory holding ``aid``'s source, released there (as the CLI's ``run`` makes them)."""
+    root = Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-"))
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    shutil.copytree(Course().source_notebook(aid).parent, root / "source" / aid)
+    course = Course(root=root)
+    release(course, [aid])
+    return course
+
+
+def way(submissions: int, seconds: float, **extra) -> dict:
+    return {
+        "submissions": submissions,
+        "seconds": round(seconds, 3),
+        "per_minute": round(60 * submissions / seconds, 3) if seconds > 0 else None,
+        "load_average_after": load_average(),
+        **extra,
+    }
+
+
+def gradebook_scores(course: Course, aid: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+
+    gradebook = Gradebook(course.db_url)
+    try:
+        return {s.student.id: float(s.score) for s in gradebook.find_assignment(aid).submissions}
+    finally:
+        gradebook.close()
+
+
+def grade_with_nbgrader(
+    course: Course, aid: str, made: list[Submission], reference: Path
+) -> tuple[dict, dict]:
+    """Plain ``nbgrader autograde``, one submission after another, timed whole (process start included)."""
+    error = None
+    start = time.perf_counter()
+    with environment(**{REFERENCE_ENV: str(reference)}):
+        try:
+            run_nbgrader(course, "autograde", aid, "--log-level=WARN")
+        except RuntimeError as err:  # nbgrader exits non-zero when a submission fails; the rest is graded
+            error = str(err)[-1500:]
+    seconds = time.perf_counter() - start
+    scores = gradebook_scores(course, aid)
+    return way(len(made), seconds, exit_error=error), scores
+
+
+def execute_bare(course: Course, aid: str, made: list[Submission], reference: Path, threads: int) -> dict:
+    """Each notebook nbgrader would run, executed once by nbclient, no grading; total / cores."""
+    env = {REFERENCE_ENV: str(reference), **{name: str(threads) for name in THREAD_VARIABLES}}
+    scratch = Path(tempfile.mkdtemp(prefix="bench-bare-"))
+    per_submission: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    try:
+        for sub in made:
+            repaired = repair(course, aid, course.root / "submitted" / sub.sid / aid / f"{aid}.ipynb")
+            if repaired.fatal:  # nothing to run: an unreadable file costs no execution
+                per_submission[sub.sid] = 0.0
+                continue
+            workdir = scratch / sub.sid
+            workdir.mkdir()
+            path = workdir / f"{aid}.ipynb"
+            nbformat.write(repaired.notebook, str(path))
+            start = time.perf_counter()
+            try:
+                execute_notebook(path, timeout=180, workdir=workdir, env=env, allow_errors=True)
+            except Exception as err:  # a cell timeout or a dead kernel: the time spent still counts
+                errors[sub.sid] = f"{type(err).__name__}: {str(err)[:200]}"
+            per_submission[sub.sid] = round(time.perf_counter() - start, 3)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    cores = os.cpu_count() or 1
+    sequential = sum(per_submission.values())
+    executed = [s for s in per_submission.values() if s > 0]
+    return way(
+        len(made),
+        sequential / cores,
+        sequential_seconds=round(sequential, 3),
+        divided_by_cores=cores,
+        kernel_threads=threads,
+        median_execution_seconds=round(statistics.median(executed), 3) if executed else None,
+        per_submission=per_submission,
+        errors=errors,
+    )
+
+
+def autograder_limits(workers: int) -> Limits:
+    """The command line's defaults (``python -m autograder grade``), threads split between the workers."""
+    cores = os.cpu_count() or 1
+    return Limits(timeout=600, cell_timeout=180, memory_mb=4096, threads=max(1, cores // max(1, workers)))
+
+
+def grade_with_autograder(
+    course: Course, aid: str, workers: int, students: list[str] | None = None
+) -> tuple[dict, list[dict]]:
+    start = time.perf_counter()
+    rows = grade(
+        course, aid, workers=workers, limits=autograder_limits(workers), students=students, force=True
+    )
+    seconds = time.perf_counter() - start
+    return way(len(rows), seconds, workers=workers), rows
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def overhead(rows: list[dict], wall: float, workers: int) -> dict:
+    """Median seconds per submission of each stage, and of what lies on the critical path besides the
+    student's notebook (kernel start and imports are pre-started while the previous submission runs)."""
+    ran = [r for r in rows if "sandbox_run" in r.get("timings", {})]
+    stages = {key: median([r["timings"][key] for r in ran if key in r["timings"]]) for key in TIMING_KEYS}
+    waited, other, on_path = [], [], []
+    for r in ran:
+        t = r["timings"]
+        wait = t["sandbox_run"] - t.get("child_notebook", 0.0)
+        rest = max(0.0, r.get("seconds", 0.0) - t["repair"] - t["sandbox_run"] - t.get("verify", 0.0))
+        waited.append(wait)
+        other.append(rest)
+        on_path.append(t["repair"] + wait + t.get("verify", 0.0) + t.get("record", 0.0) + rest)
+    busy = sum(r.get("seconds", 0.0) for r in rows)
+    return {
+        "submissions_run": len(ran),
+        "median_seconds": stages,
+        "median_sandbox_run_minus_notebook": median(waited),
+        "median_grade_one_other": median(other),
+        "median_overhead_on_critical_path": median(on_path),
+        "median_submission_seconds": median([r.get("seconds", 0.0) for r in ran]),
+        "worker_seconds_outside_grade_one_per_submission": round((wall * workers - busy) / len(rows), 3)
+        if rows
+        else None,
+        "unreadable_median_seconds": median([r.get("seconds", 0.0) for r in rows if r not in ran]),
+    }
+
+
+def cell_seconds(cell) -> float | None:
+    """How long a cell ran, from the execution times nbclient records in its metadata."""
+    from datetime import datetime
+
+    stamps = cell.get("metadata", {}).get("execution", {})
+    try:
+        started = datetime.fromisoformat(stamps["iopub.execute_input"].replace("Z", "+00:00"))
+        ended = datetime.fromisoformat(stamps["shell.execute_reply"].replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    return (ended - started).total_seconds()
+
+
+def setup_cell_seconds(course: Course, aid: str, rows: list[dict]) -> list[float]:
+    """Seconds each run spent in the assignment's own set-up cell (imports, banner): the course's code,
+    counted in ``child_notebook``, that a pre-warmed kernel could have run before the submission arrived."""
+    out = []
+    for r in rows:
+        path = course.root / "autograded" / r["student_id"] / aid / f"{aid}.ipynb"
+        if "sandbox_run" not in r.get("timings", {}) or not path.is_file():
+            continue
+        nb = nbformat.read(str(path), as_version=4)
+        setup = next((c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup"), None)
+        seconds = cell_seconds(setup) if setup is not None else None
+        if seconds is not None:
+            out.append(seconds)
+    return out
+
+
+def compare_scores(made: list[Submission], nbgrader: dict[str, float], rows: list[dict]) -> dict:
+    """Scores of the honest submissions must agree; broken ones are reported as each grader saw them."""
+    by_sid = {r["student_id"]: r for r in rows}
+    differences, broken = [], []
+    for sub in made:
+        ours = by_sid.get(sub.sid, {})
+        theirs = nbgrader.get(sub.sid)
+        entry = {"sid": sub.sid, "kind": sub.kind, "nbgrader": theirs, "autograder": ours.get("score"),
+                 "autograder_status": ours.get("status")}  # fmt: skip
+        if sub.kind not in HONEST:
+            broken.append(entry)
+        elif theirs is None or ours.get("score") is None or abs(theirs - ours["score"]) > 1e-6:
+            differences.append({**entry, "reason": ours.get("reason", "")[:300]})
+    honest = sum(s.kind in HONEST for s in made)
+    return {
+        "honest_compared": honest,
+        "equal": honest - len(differences),
+        "differences": differences,
+        "broken": broken,
+    }
+
+
+def submission_rows(made: list[Submission], rows: list[dict]) -> list[dict]:
+    by_sid = {r["student_id"]: r for r in rows}
+    out = []
+    for sub in made:
+        r = by_sid.get(sub.sid, {})
+        timings = {k: round(v, 4) for k, v in r.get("timings", {}).items()}
+        entry = {
+            "sid": sub.sid,
+            "kind": sub.kind,
+            "answered": len(sub.answered),
+            "status": r.get("status"),
+            "score": r.get("score"),
+            "seconds": r.get("seconds"),
+            "timings": timings,
+        }
+        out.append(entry)
+    return out
+
+
+def benchmark_assignment(
+    aid: str, count: int, quick: bool, workers: int, reverse: bool, scaling: bool
+) -> dict:
+    log(f"{aid}: releasing a throwaway course, copying it, generating {count} submissions")
+    nbgrader_course = throwaway_course(aid)
+    autograder_course = Course(root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")))
+    # a copy of the released course (release, gradebook and all): the same start, one release paid
+    shutil.copytree(nbgrader_course.root, autograder_course.root, dirs_exist_ok=True)
+    try:
+        made = make_submissions(nbgrader_course, aid, count, quick=quick)
+        for course in (nbgrader_course, autograder_course):
+            write_submissions(course, aid, made)
+        reference = build_reference(autograder_course, aid)  # built (or found) before anything is timed
+        log(f"{aid}: reference {reference.directory} ({len(reference.cases)} cases)")
+        results: dict = {}
+
+        def run_nbgrader_way() -> None:
+            log(f"{aid}: nbgrader autograde, sequential")
+            results["nbgrader"], results["nbgrader_scores"] = grade_with_nbgrader(
+                nbgrader_course, aid, made, reference.directory
+            )
+
+        def run_bare_way() -> None:
+            log(f"{aid}: lower bound, bare nbclient executions")
+            threads = autograder_limits(workers).threads
+            results["lower_bound"] = execute_bare(nbgrader_course, aid, made, reference.directory, threads)
+
+        def run_autograder_way() -> None:
+            log(f"{aid}: autograder, {workers} workers")
+            results["autograder"], results["rows"] = grade_with_autograder(autograder_course, aid, workers)
+
+        order: list[Callable[[], None]] = [run_nbgrader_way, run_bare_way, run_autograder_way]
+        for step in reversed(order) if reverse else order:
+            step()
+        ag = results["autograder"]
+        out = {
+            "assignment": aid,
+            "order": ["autograder", "lower_bound", "nbgrader"]
+            if reverse
+            else ["nbgrader", "lower_bound", "autograder"],
+            "kinds": {k: sum(s.kind == k for s in made) for k in ("perfect", "partial", "blank", "broken")},
+            "nbgrader": results["nbgrader"],
+            "lower_bound": results["lower_bound"],
+            "autograder": ag,
+            "ratios": ratios(results["nbgrader"], results["lower_bound"], ag),
+            "scores": compare_scores(made, results["nbgrader_scores"], results["rows"]),
+            "overhead": {
+                **overhead(results["rows"], ag["seconds"], workers),
+                "median_setup_cell_seconds": median(
+                    setup_cell_seconds(autograder_course, aid, results["rows"])
+                ),
+            },
+            "submissions": submission_rows(made, results["rows"]),
+        }
+        if scaling:
+            out["scaling"] = scale(autograder_course, aid, [s.sid for s in made], workers, ag)
+        log(f"{aid}: done; {format_ratios(out['ratios'])}")
+        return out
+    finally:
+        for course in (nbgrader_course, autograder_course):
+            shutil.rmtree(course.root, ignore_errors=True)
+
+
+def scale(course: Course, aid: str, sids: list[str], workers: int, full: dict) -> list[dict]:
+    """Throughput at 10 and 20 submissions (prefixes with the same mix) and the full set, and 1 against 2
+    workers on 10; each run grades again from scratch (``force``)."""
+    runs = [(n, workers) for n in SCALING_SIZES if n < len(sids)]
+    runs += [
+        (SCALING_SIZES[0], w)
+        for w in (1, 2)
+        if (SCALING_SIZES[0], w) not in runs and SCALING_SIZES[0] < len(sids)
+    ]
+    out = []
+    for n, w in runs:
+        log(f"{aid}: scaling, {n} submissions on {w} worker(s)")
+        result, _ = grade_with_autograder(course, aid, w, students=sids[:n])
+        out.append(result)
+    out.append({**full, "note": "the main run"})
+    for entry in out:
+        entry["seconds_per_submission"] = round(entry["seconds"] / entry["submissions"], 3)
+    return sorted(out, key=lambda e: (e["workers"], e["submissions"]))
+
+
+def ratios(nbgrader: dict, lower_bound: dict, autograder: dict) -> dict:
+    def rate(w: dict) -> float:
+        return w["submissions"] / w["seconds"] if w["seconds"] > 0 else float("nan")
+
+    return {
+        "autograder_vs_nbgrader": round(rate(autograder) / rate(nbgrader), 3),
+        "lower_bound_vs_autograder": round(rate(lower_bound) / rate(autograder), 3),
+    }
+
+
+def format_ratios(r: dict) -> str:
+    return (f"autograder/nbgrader {r['autograder_vs_nbgrader']:.2f}x, "
+            f"lower bound/autograder {r['lower_bound_vs_autograder']:.2f}x")  # fmt: skip
+
+
+def totals(per_assignment: list[dict]) -> dict:
+    """All assignments together: the same class graded each way, total submissions over total seconds."""
+    out = {}
+    for name in ("nbgrader", "lower_bound", "autograder"):
+        n = sum(a[name]["submissions"] for a in per_assignment)
+        seconds = sum(a[name]["seconds"] for a in per_assignment)
+        out[name] = {"submissions": n, "seconds": round(seconds, 3), "per_minute": round(60 * n / seconds, 3)}
+    out["ratios"] = ratios(out["nbgrader"], out["lower_bound"], out["autograder"])
+    return out
+
+
+def targets(total: dict, per_assignment: list[dict], cores: int) -> dict:
+    r = total["ratios"]
+    overheads = [a["overhead"]["median_overhead_on_critical_path"] for a in per_assignment]
+    worst_overhead = max((o for o in overheads if o is not None), default=None)
+    met = {
+        "autograder_vs_nbgrader": r["autograder_vs_nbgrader"] >= TARGETS["autograder_vs_nbgrader"],
+        "lower_bound_vs_autograder": r["lower_bound_vs_autograder"] <= TARGETS["lower_bound_vs_autograder"],
+        "overhead_seconds": worst_overhead is not None and worst_overhead < TARGETS["overhead_seconds"],
+    }
+    return {
+        "targets": TARGETS,
+        "measured": {**r, "overhead_seconds": worst_overhead},
+        "met": met,
+        "note": "targets are set for a 2-core machine"
+        + ("" if cores == 2 else f"; this one has {cores} cores"),
+    }
+
+
+def run_grading(quick: bool = False, workers: int | None = None) -> dict:
+    """The grading section of a run (see the module's docstring)."""
+    cores = os.cpu_count() or 1
+    workers = workers or cores
+    os.environ.setdefault("DLCOURSE_REFERENCE_CACHE", str(REFERENCE_CACHE))
+    aids, notes = choose_assignments(Course(), quick)
+    count = QUICK_COUNT if quick else FULL_COUNT
+    private_uid_range()
+    bubblewrap_cached()  # probed once, before anything is timed
+    per_assignment = [
+        benchmark_assignment(
+            aid, count, quick, workers, reverse=index % 2 == 1, scaling=index == 0 and not quick
+        )
+        for index, aid in enumerate(aids)
+    ]
+    if quick:
+        notes.append(
+            "--quick: 4 cheap submissions of A1 (one partial, one blank, two broken), no scaling runs; figures are a smoke test"
+        )
+    total = totals(per_assignment)
+    return {
+        "workers": workers,
+        "cores": cores,
+        "assignments": per_assignment,
+        "total": total,
+        "targets": targets(total, per_assignment, cores),
+        "notes": notes,
+    }

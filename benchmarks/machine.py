@@ -1,0 +1,51 @@
+"""What a run was measured on: cores, CPU, versions, isolation, and how busy the machine was."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from importlib import metadata
+
+
+def package_version(*names: str) -> str | None:
+    """The installed version of the first distribution found among ``names`` (without importing it)."""
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages (runnable processes), rounded; other people share this CPU."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def describe_machine() -> dict:
+    from autograder.sandbox import bubblewrap_cached, isolation_description
+    from dlcourse.measure import cpu_info
+
+    cpu = cpu_info()
+    return {
+        "cores": cpu.cores,
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu.model,
+        "cpu_ghz": cpu.ghz,
+        "vector_isa": cpu.vector_isa,
+        "cpu_peak_fp32_flops": cpu.peak_fp32(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "versions": {
+            "torch": package_version("torch"),
+            "tensorflow": package_version("tensorflow", "tensorflow-cpu"),
+            "nbgrader": package_version("nbgrader"),
+            "nbclient": package_version("nbclient"),
+            "numpy": package_version("numpy"),
+        },
+        "bubblewrap": bubblewrap_cached() is not None,
+        "isolation": isolation_description(True),
+        "grader_is_root": os.geteuid() == 0,
+        "load_average_start": load_average(),
+    }

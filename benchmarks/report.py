@@ -1,0 +1,357 @@
+"""RESULTS.md and its plot, rebuilt from the recorded runs (``results/*.json``) and nothing else.
+
+Each section shows the latest full run that measured it (a ``--quick`` run only when there is no full one),
+and names that run, so every figure can be traced to its file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SECTIONS = ("grading", "course", "claims")
+PLOT_NAME = "summary.png"
+WAYS = (("nbgrader", "nbgrader"), ("lower_bound", "lower bound"), ("autograder", "autograder"))
+
+
+def load_runs(results: Path) -> list[tuple[str, dict]]:
+    runs = []
+    for path in sorted(results.glob("*.json")):
+        try:
+            runs.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            continue
+    return runs
+
+
+def latest_with(runs: list[tuple[str, dict]], section: str) -> tuple[str, dict] | None:
+    """The latest run that measured ``section`` without an error, full runs before quick ones."""
+    usable = [
+        (name, run) for name, run in runs if "error" not in run.get("sections", {}).get(section, {"error": 1})
+    ]
+    full = [r for r in usable if not r[1].get("quick")]
+    return (full or usable or [None])[-1]
+
+
+def fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "**no**"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def seconds(value) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def machine_line(run: dict) -> str:
+    m = run.get("machine", {})
+    v = m.get("versions", {})
+    return (
+        f"{m.get('cores')} cores ({m.get('cpu_model')}, {m.get('vector_isa')}); load average "
+        f"{m.get('load_average_start')} at the start, {run.get('load_average_end')} at the end (1, 5, 15 min); "
+        f"Python {m.get('python')}, torch {v.get('torch')}, TensorFlow {v.get('tensorflow')}, nbgrader {v.get('nbgrader')}; "
+        f"bubblewrap {'in force' if m.get('bubblewrap') else 'not available'}"
+    )
+
+
+def runs_table(runs: list[tuple[str, dict]]) -> list[str]:
+    rows = []
+    for name, run in runs:
+        m = run.get("machine", {})
+        grading = run.get("sections", {}).get("grading", {})
+        r = grading.get("total", {}).get("ratios", {})
+        rows.append([
+            f"`{name}`", "quick" if run.get("quick") else "full", ", ".join(run.get("sections", {})), m.get("cores"),
+            m.get("load_average_start"), "yes" if m.get("bubblewrap") else "no",
+            fmt(r.get("autograder_vs_nbgrader")), fmt(r.get("lower_bound_vs_autograder")),
+        ])  # fmt: skip
+    header = ["run", "kind", "sections", "cores", "load at start", "bubblewrap", "autograder / nbgrader",
+              "lower bound / autograder"]  # fmt: skip
+    return table(header, rows)
+
+
+def grading_section(name: str, run: dict) -> list[str]:
+    g = run["sections"]["grading"]
+    out = [f"## Grading throughput (run `{name}`)", "", machine_line(run) + ".", ""]
+    out += [
+        f"Each assignment's class was graded three ways in one run: plain sequential `nbgrader autograde`; the bare lower "
+        f"bound (every notebook nbgrader would run, executed once by nbclient with no grading, one after another with "
+        f"{max(1, g['cores'] // g['workers'])} BLAS thread(s) each, total divided by {g['cores']} cores); and the autograder "
+        f"(`autograder.pipeline.grade`, {g['workers']} workers, sandboxed). Submissions per minute:",
+        "",
+    ]
+    rows = []
+    for a in g["assignments"]:
+        kinds = ", ".join(f"{n} {k}" for k, n in a["kinds"].items() if n)
+        rows.append([a["assignment"], f"{a['autograder']['submissions']} ({kinds})"] +
+                    [fmt(a[key]["per_minute"]) for key, _ in WAYS] +
+                    [fmt(a["ratios"]["autograder_vs_nbgrader"]), fmt(a["ratios"]["lower_bound_vs_autograder"])])  # fmt: skip
+    t = g["total"]
+    rows.append(["**all**", t["autograder"]["submissions"]] + [fmt(t[key]["per_minute"]) for key, _ in WAYS]
+                + [fmt(t["ratios"]["autograder_vs_nbgrader"]), fmt(t["ratios"]["lower_bound_vs_autograder"])])  # fmt: skip
+    out += table(["assignment", "submissions"] + [label for _, label in WAYS]
+                 + ["autograder / nbgrader", "lower bound / autograder"], rows)  # fmt: skip
+    out += ["Wall seconds: " + "; ".join(
+        f"{a['assignment']}: " + ", ".join(f"{label} {a[key]['seconds']:.0f} s" for key, label in WAYS)
+        + f" (run in the order {', '.join(a['order'])})" for a in g["assignments"]) + ".", ""]  # fmt: skip
+
+    tg = g["targets"]
+    descriptions = {
+        "autograder_vs_nbgrader": ("autograder throughput / nbgrader throughput", ">="),
+        "lower_bound_vs_autograder": ("lower-bound throughput / autograder throughput", "<="),
+        "overhead_seconds": (
+            "median per-submission overhead on the critical path, worst assignment (s)",
+            "<",
+        ),
+    }
+    rows = []
+    for key, (text, op) in descriptions.items():
+        measured, target = tg["measured"][key], tg["targets"][key]
+        rows.append(
+            [text, f"{op} {target}", fmt(measured), fmt(tg["met"][key]), shortfall(key, measured, target)]
+        )
+    out += ["### Targets", "", f"({tg['note']}.)", ""]
+    out += table(["target", "wanted", "measured", "met", "by how much"], rows)
+
+    out += ["### Scores: nbgrader against the autograder", ""]
+    for a in g["assignments"]:
+        s = a["scores"]
+        line = f"- {a['assignment']}: {s['equal']} of {s['honest_compared']} honest submissions (perfect, partial, blank) scored the same."
+        for d in s["differences"]:
+            line += (f"\n  - `{d['sid']}`: nbgrader {fmt(d['nbgrader'])}, autograder {fmt(d['autograder'])} "
+                     f"({d['autograder_status']}: {d['reason'][:160]})")  # fmt: skip
+        statuses = sorted(
+            {
+                f"nbgrader {fmt(b['nbgrader'])}, autograder {b['autograder_status']} {fmt(b['autograder'])}"
+                for b in s["broken"]
+            }
+        )
+        if statuses:
+            line += f"\n  - broken (truncated JSON) submissions: {'; '.join(statuses)}"
+        if a["nbgrader"].get("exit_error"):
+            line += "\n  - `nbgrader autograde` exited with an error status (it does when a submission fails)"
+        out.append(line)
+    out.append("")
+
+    scaling = [(a["assignment"], e) for a in g["assignments"] for e in a.get("scaling", [])]
+    out += ["### Scaling (autograder)", ""]
+    if scaling:
+        rows = [[aid, e["submissions"], e["workers"], f"{e['seconds']:.1f}", fmt(e["per_minute"]),
+                 f"{e['seconds_per_submission']:.2f}", e.get("load_average_after")] for aid, e in scaling]  # fmt: skip
+        out += table(["assignment", "submissions", "workers", "seconds", "per minute", "seconds per submission",
+                      "load after"], rows)  # fmt: skip
+    else:
+        out += ["Not measured in this run.", ""]
+
+    out += ["### Overhead per submission (autograder, median seconds)", ""]
+    stage_rows = [
+        ("repair (trusted, before the run)", "repair"),
+        ("kernel start (pre-started while the previous submission ran)", "child_kernel_start"),
+        ("framework imports (pre-started)", "child_imports"),
+        ("the notebook: student code and the assignment's own cells", "child_notebook"),
+        ("trusted verification", "verify"),
+        ("gradebook write", "record"),
+    ]
+    assignments = g["assignments"]
+    rows = [
+        [label] + [fmt(a["overhead"]["median_seconds"].get(key)) for a in assignments]
+        for label, key in stage_rows
+    ]
+    rows += [
+        ["sandbox run minus notebook (start, wait and clean-up left on the critical path)"]
+        + [fmt(a["overhead"]["median_sandbox_run_minus_notebook"]) for a in assignments],
+        ["rest of grade_one (saving the executed notebook, result)"]
+        + [fmt(a["overhead"]["median_grade_one_other"]) for a in assignments],
+        ["**overhead on the critical path** (repair + run minus notebook + verify + record + rest)"]
+        + [fmt(a["overhead"]["median_overhead_on_critical_path"]) for a in assignments],
+        ["whole submission (grade_one)"]
+        + [fmt(a["overhead"]["median_submission_seconds"]) for a in assignments],
+        ["of the notebook: the assignment's set-up cell (imports, banner)"]
+        + [fmt(a["overhead"].get("median_setup_cell_seconds")) for a in assignments],
+        ["worker time outside grade_one, per submission (sandbox start and clean-up, end of batch)"]
+        + [fmt(a["overhead"]["worker_seconds_outside_grade_one_per_submission"]) for a in assignments],
+        ["lower bound: one bare execution, kernel start included"]
+        + [fmt(a["lower_bound"]["median_execution_seconds"]) for a in assignments],
+    ]
+    out += table(["stage"] + [a["assignment"] for a in assignments], rows)
+    out += [f"Notes: {'; '.join(g['notes'])}." if g.get("notes") else "", ""]
+    return out
+
+
+def shortfall(key: str, measured, target) -> str:
+    if measured is None:
+        return "not measured"
+    if key == "autograder_vs_nbgrader":
+        return "" if measured >= target else f"{(1 - measured / target) * 100:.0f}% below"
+    return "" if measured <= target else f"{(measured / target - 1) * 100:.0f}% above"
+
+
+def course_section(name: str, run: dict) -> list[str]:
+    c = run["sections"]["course"]
+    out = [f"## Course run time (run `{name}`)", "", machine_line(run) + ".", "",
+           "Each notebook top to bottom in a fresh kernel (`autograder.notebooks.execute_notebook`), kernel start "
+           "included, against its limit on a 2-core CPU.", ""]  # fmt: skip
+    rows = [[f"`{e['notebook']}`", f"{e['seconds']:.1f}", f"{e['limit_seconds']:.0f}", fmt(e["within_limit"]),
+             e["error"] or "", e.get("load_average_after")] for e in c["notebooks"]]  # fmt: skip
+    out += table(["notebook", "seconds", "limit (s)", "within", "error", "load after"], rows)
+    out += [f"Total {c['total_seconds']:.0f} s; all within their limits: {fmt(c['all_within_limits'])}."]
+    if c.get("notes"):
+        out += [f"Notes: {'; '.join(c['notes'])}."]
+    return out + [""]
+
+
+def claims_section(name: str, run: dict) -> list[str]:
+    out = [f"## The lectures' speed claims (run `{name}`)", "", machine_line(run) + ".", "",
+           "Measured outside the notebooks with `dlcourse.measure.time_it` (warm-up calls, then repeats; median and "
+           "best repeat), except the tf.function rows, timed as the lecture times them (total of n calls, the first "
+           "one tracing).", ""]  # fmt: skip
+    for c in run["sections"]["claims"]["claims"]:
+        out += [f"### {c['title']}", ""]
+        if c.get("error"):
+            out += [f"Failed: `{c['error']}`", ""]
+            continue
+        if c.get("skipped"):
+            out += [f"Skipped: {c['skipped']}.", ""]
+            continue
+        rows = []
+        for r in c["rows"]:
+            if "median_s" in r:
+                rows.append([r["label"], seconds(r["median_s"]), seconds(r["best_s"]), ""])
+            elif "total_s" in r:
+                published = f"{r['published_s']} s" if r.get("published_s") else ""
+                rows.append([r["label"], seconds(r["total_s"]), "", published])
+            elif "flops" in r:
+                share = f"{r['fraction_of_peak']:.1%} of peak" if r.get("fraction_of_peak") else ""
+                best = f"{r['flops_best'] / 1e9:.3g} GFLOP/s" if r.get("flops_best") else ""
+                rows.append([r["label"], f"{r['flops'] / 1e9:.3g} GFLOP/s", best, share])
+            elif "bytes_per_s" in r:
+                rows.append([r["label"], f"{r['bytes_per_s'] / 1e9:.3g} GB/s", "", ""])
+            else:
+                rows.append([r["label"], r.get("skipped", ""), "", ""])
+        out += table(["", "median (or total)", "best", "published / peak"], rows)
+        extras = [f"{k}: {v:.3g}x" for k, v in c["ratios"].items()]
+        extras += [f"{k}: {v:.1f} s" for k, v in c.get("first_call_seconds", {}).items()]
+        if c.get("peak_flops"):
+            extras.append(f"estimated peak {c['peak_flops'] / 1e9:.0f} GFLOP/s ({c['peak_formula']})")
+        for key in ("published", "note"):
+            if c.get(key):
+                extras.append(f"{key}: {c[key]}")
+        if "torch_threads" in c:
+            extras.append(f"torch threads: {c['torch_threads']}")
+        out += [f"- {e}" for e in extras] + [""]
+    return out
+
+
+def plot(results: Path, chosen: dict[str, tuple[str, dict] | None]) -> Path | None:
+    """One figure: throughput of the three ways, autograder scaling, and course run time against limits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [s for s in SECTIONS[:2] if chosen.get(s)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(
+        1, len(panels) + (1 if chosen.get("grading") else 0), figsize=(15, 4.8), squeeze=False
+    )
+    axes = list(axes[0])
+    if chosen.get("grading"):
+        name, run = chosen["grading"]
+        g = run["sections"]["grading"]
+        groups = [a["assignment"] for a in g["assignments"]] + ["all"]
+        values = {
+            key: [a[key]["per_minute"] for a in g["assignments"]] + [g["total"][key]["per_minute"]]
+            for key, _ in WAYS
+        }
+        ax = axes.pop(0)
+        width = 0.27
+        for i, (key, label) in enumerate(WAYS):
+            ax.bar([x + (i - 1) * width for x in range(len(groups))], values[key], width, label=label)
+        ax.set(xticks=range(len(groups)), xticklabels=groups, ylabel="submissions per minute",
+               title=f"grading throughput ({g['cores']} cores)")  # fmt: skip
+        ax.legend()
+        ax = axes.pop(0)
+        for a in g["assignments"]:
+            for workers in sorted({e["workers"] for e in a.get("scaling", [])}):
+                points = sorted(
+                    (e["submissions"], e["seconds_per_submission"])
+                    for e in a["scaling"]
+                    if e["workers"] == workers
+                )
+                ax.plot(*zip(*points), "o-", label=f"{a['assignment']}, {workers} worker(s)")
+        ax.set(
+            xlabel="submissions in the batch",
+            ylabel="seconds per submission",
+            title="autograder scaling",
+            ylim=(0, None),
+        )
+        if ax.lines:
+            ax.legend()
+    if chosen.get("course"):
+        name, run = chosen["course"]
+        entries = run["sections"]["course"]["notebooks"]
+        ax = axes.pop(0)
+        labels = [Path(e["notebook"]).stem for e in entries]
+        ax.barh(
+            labels,
+            [e["seconds"] for e in entries],
+            color=["C0" if e["within_limit"] else "C3" for e in entries],
+        )
+        ax.scatter([e["limit_seconds"] for e in entries], labels, marker="|", s=200, color="k", label="limit")
+        ax.invert_yaxis()
+        ax.set(xlabel="seconds in a fresh kernel", title="course run time")
+        ax.legend()
+    fig.tight_layout()
+    path = results / PLOT_NAME
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report(out: Path) -> Path:
+    """Rebuild ``out/RESULTS.md`` and ``out/results/summary.png`` from ``out/results/*.json``."""
+    results = out / "results"
+    runs = load_runs(results)
+    chosen = {section: latest_with(runs, section) for section in SECTIONS}
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`python -m benchmarks`) from the recorded runs in `results/`; do not edit by hand. "
+        "Each section names the run its figures come from. The machines are shared: absolute times move with "
+        "other people's load (recorded with each run), so read the ratios, measured side by side in one run.",
+        "",
+        "## Runs recorded",
+        "",
+    ]
+    lines += runs_table(runs)
+    png = plot(results, chosen)
+    if png:
+        lines += [f"![grading throughput, scaling and course run time](results/{png.name})", "",
+                  "(Plot: " + ", ".join(f"{s} from `{chosen[s][0]}`" for s in SECTIONS[:2] if chosen.get(s)) + ".)", ""]  # fmt: skip
+    for section, render in (
+        ("grading", grading_section),
+        ("course", course_section),
+        ("claims", claims_section),
+    ):
+        if chosen.get(section):
+            lines += render(*chosen[section])
+    target = out / "RESULTS.md"
+    target.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    return target
