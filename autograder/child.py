@@ -116,6 +116,7 @@ def main() -> None:
 
     import nbformat
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbclient.util import run_sync
 
     scratch = Path(args.scratch)
     work = scratch / "work"
@@ -149,7 +150,7 @@ def main() -> None:
             pass
         (scratch / "run.json").write_text(json.dumps(summary))
         # Done: kill the kernel at once (a polite shutdown waits seconds) and leave without cleanup.
-        client.km.shutdown_kernel(now=True)
+        run_sync(client.km.shutdown_kernel)(now=True)
         sys.stdout.flush()
         os._exit(0)
 

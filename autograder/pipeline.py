@@ -8,6 +8,7 @@ Results are recorded by this process alone, one submission at a time, as they ar
 
 from __future__ import annotations
 
+import importlib.util
 import queue
 import shutil
 import threading
@@ -52,9 +53,19 @@ class Job:
 
 
 def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
-    """Modules a child imports before the student's code arrives (what the source itself imports)."""
+    """Modules a child imports before the student's code arrives: the heavy ones the source uses.
+
+    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn.
+    """
     text = course.source_notebook(aid).read_text(encoding="utf-8")
-    return tuple(m for m in ("numpy", "torch", "tensorflow") if f"import {m}" in text)
+    uses = {
+        "numpy": "numpy" in text,
+        "dlcourse": "dlcourse" in text,
+        "torch": "torch" in text or "dlcourse.banner()" in text,
+        "sklearn": "sklearn" in text or "dlcourse.data" in text,
+        "tensorflow": "tensorflow" in text,
+    }
+    return tuple(module for module, used in uses.items() if used and importlib.util.find_spec(module))
 
 
 def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
@@ -132,6 +143,7 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
                        "processes": f"the notebook started more than {job.limits.processes} processes (a fork bomb?)",
                        "crashed": "the kernel died or could not start"}[outcome.status]  # fmt: skip
             result["reason"] = f"{stopped}; graded on what ran before"
+            result["detail"] = outcome.detail[-2000:]  # the child's last lines, for the instructor
         else:
             result["status"] = "flagged" if result["flags"] else "graded"
             stopped_cell = next(

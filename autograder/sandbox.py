@@ -31,6 +31,7 @@ import nbformat
 from autograder.child import READY
 from autograder.course import ROOT
 
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
 UID_LOCKS = Path(tempfile.gettempdir()) / "dlcourse-uid-locks"
 
@@ -43,9 +44,13 @@ def allocate_uid() -> tuple[int, int]:
         fd = os.open(UID_LOCKS / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return uid, fd
         except BlockingIOError:
             os.close(fd)
+            continue
+        if _uid_has_processes(uid):  # left behind by a grader that was killed: not safe to reuse
+            os.close(fd)
+            continue
+        return uid, fd
     raise RuntimeError("no free sandbox uid")
 
 
@@ -90,7 +95,9 @@ _BWRAP_CHECKED = False
 def isolation_description(use_bwrap: bool = True) -> str:
     parts = []
     if use_bwrap and bubblewrap_cached():
-        parts.append("bubblewrap (no network, own PID namespace, course/home/tmp hidden)")
+        parts.append(
+            "bubblewrap (no network, own PID namespace, only the system, Python and course code visible)"
+        )
     else:
         parts.append("no bubblewrap: NO network or file-system isolation (install 'bubblewrap' for it)")
     parts.append(
@@ -171,24 +178,23 @@ class Sandbox:
         bwrap = [
             bubblewrap_cached(), "--die-with-parent", "--new-session",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
         ]  # fmt: skip
-        hidden = {ROOT, Path.home()}
-        for path in sorted(hidden, key=lambda p: len(p.parts)):
-            bwrap += ["--tmpfs", str(path)]
-        # What the child needs from inside the hidden folders, read-only: the environment and the code.
-        needed = {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder"}
-        made: set[Path] = set()
-        for path in sorted(needed):
-            inside = [h for h in hidden if path.is_relative_to(h) and path != h]
-            if not inside or not path.exists():
+        # Only what a kernel needs is visible, read-only: the system's programs and libraries, the
+        # Python environment, and the course's code. Everything else (this and every other course
+        # directory, home folders, other submissions, the gradebook) simply does not exist inside.
+        for system in SYSTEM_DIRS:
+            if Path(system).exists():
+                bwrap += ["--ro-bind", system, system]
+        made: set[Path] = {Path("/")} | {Path(d) for d in SYSTEM_DIRS}
+        for path in sorted({Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder"}):
+            if not path.exists() or any(path.is_relative_to(d) for d in SYSTEM_DIRS):
                 continue
             # bwrap makes missing parents 0700; the child's unprivileged user must be able to pass them.
-            for parent in reversed(path.relative_to(inside[0]).parents[:-1]):
-                folder = inside[0] / parent
-                if folder not in made:
-                    bwrap += ["--perms", "0755", "--dir", str(folder)]
-                    made.add(folder)
+            for parent in reversed(path.parents):
+                if parent not in made:
+                    bwrap += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(parent)
             bwrap += ["--ro-bind", str(path), str(path)]
         bwrap += ["--bind", str(self.scratch), str(self.scratch), "--chdir", str(self.scratch / "work"), "--"]
         return bwrap + child
@@ -277,7 +283,7 @@ class Sandbox:
                     return "processes"
                 if rss > self.limits.memory_mb * 2**20 * 1.5:
                     return "memory"
-            time.sleep(0.1)
+            time.sleep(0.2)
 
     def _tree_usage(self, root) -> tuple[int, int]:
         """Processes and total resident memory of everything the child started, escaped ones included."""
@@ -287,7 +293,10 @@ class Sandbox:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             procs = [root]
-        if self.uid is not None:  # double-forked processes leave the tree but keep the uid
+        self._scans = getattr(self, "_scans", 0) + 1
+        if (
+            self.uid is not None and self._scans % 5 == 0
+        ):  # double-forked processes leave the tree but keep the uid
             known = {p.pid for p in procs}
             procs += [
                 p
@@ -326,6 +335,12 @@ class Sandbox:
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None
+
+
+def _uid_has_processes(uid: int) -> bool:
+    import psutil
+
+    return any(p.info["uids"] and p.info["uids"].real == uid for p in psutil.process_iter(["uids"]))
 
 
 def _die_with_grader() -> None:

@@ -8,6 +8,7 @@ median and the best repeat; on a shared machine the best is the figure least dis
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 import timeit
@@ -275,6 +276,7 @@ def dataloader_workers(quick: bool) -> dict:
     finally:
         torch.set_num_threads(threads)
         loaders.clear()  # the persistent workers stop with their loader
+        shutil.rmtree(folder, ignore_errors=True)
     rows = [{"label": label, **timing(t)} for label, t in results.items()]
     zero = results["one file per example, 0 workers"].median
     ratios = {f"0 workers / {label}": zero / t.median for label, t in results.items() if "2 " in label}
@@ -296,13 +298,15 @@ def matmul_cpu(quick: bool) -> dict:
     peak = cpu.peak_fp32()
     sizes = [64, 128] if quick else [64, 128, 256, 512, 1024]
     rows = []
-    for n in sizes:
-        repeat = 20 if n <= 256 else 5
-        rng = np.random.default_rng(0)
-        a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        for library, fn in (("numpy", lambda a=a, b=b: a @ b), ("torch", lambda a=ta, b=tb: a @ b)):
-            t = time_it(fn, repeat=repeat, warmup=2)
+    # One library at a time, as lecture 10 does: numpy's and torch's thread pools would otherwise compete for
+    # the same cores (a pool's threads keep spinning for a while after each call).
+    for library in ("numpy", "torch"):
+        for n in sizes:
+            repeat = 20 if n <= 256 else 5
+            a, b = (np.random.default_rng(i).standard_normal((n, n)).astype(np.float32) for i in range(2))
+            if library == "torch":
+                a, b = torch.from_numpy(a), torch.from_numpy(b)
+            t = time_it(lambda a=a, b=b: a @ b, repeat=repeat, warmup=2)
             rate, best = measure.matmul_flop_count(n) / t.median, measure.matmul_flop_count(n) / t.best
             rows.append({"label": f"n = {n}, {library}", "n": n, "library": library, "flops": rate, "flops_best": best,
                          "fraction_of_peak": rate / peak if peak else None})  # fmt: skip
