@@ -80,17 +80,16 @@ class Recorder:
         gb, sid = self.gradebook, result["student_id"]
         gb.update_or_create_student(sid)
         try:
-            gb.find_submission(aid, sid)
+            submission = gb.find_submission(aid, sid)
         except MissingEntry:
             with warnings.catch_warnings():
                 # nbgrader's add_submission builds rows in a way SQLAlchemy 2 warns about; the rows are written.
                 warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
-                gb.add_submission(aid, sid)
+                submission = gb.add_submission(aid, sid)
         points = {cell["grade_id"]: cell["points"] for cell in result.get("cells", [])}
-        for notebook in gb.find_assignment(aid).notebooks:
-            for grade_cell in notebook.grade_cells:
-                grade = gb.find_grade(grade_cell.name, notebook.name, aid, sid)
-                grade.auto_score = points.get(grade_cell.name, 0.0)
+        for notebook in submission.notebooks:  # the submission's grade rows, loaded together
+            for grade in notebook.grades:
+                grade.auto_score = points.get(grade.name, 0.0)
                 grade.needs_manual_grade = grade.manual_score is not None
         gb.db.commit()
 
