@@ -5,17 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from importlib import metadata
 
-
-def package_version(*names: str) -> str | None:
-    """The installed version of the first distribution found among ``names`` (without importing it)."""
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+from dlcourse.runtime import installed_version
 
 
 def load_average() -> list[float]:
@@ -38,11 +29,11 @@ def describe_machine() -> dict:
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "versions": {
-            "torch": package_version("torch"),
-            "tensorflow": package_version("tensorflow", "tensorflow-cpu"),
-            "nbgrader": package_version("nbgrader"),
-            "nbclient": package_version("nbclient"),
-            "numpy": package_version("numpy"),
+            "torch": installed_version("torch"),
+            "tensorflow": installed_version("tensorflow", "tensorflow-cpu"),
+            "nbgrader": installed_version("nbgrader"),
+            "nbclient": installed_version("nbclient"),
+            "numpy": installed_version("numpy"),
         },
         "bubblewrap": bubblewrap_cached() is not None,
         "isolation": isolation_description(True),

@@ -36,7 +36,8 @@ import dlcourse
 dlcourse.banner()"""
 
 
-def _installed_version(*distributions: str) -> str | None:
+def installed_version(*distributions: str) -> str | None:
+    """The version of the first of ``distributions`` that is installed, read without importing it."""
     for dist in distributions:
         try:
             return metadata.version(dist)
@@ -57,7 +58,7 @@ def versions() -> dict[str, str]:
         ("torch", ("torch",)),
         ("tensorflow", ("tensorflow", "tensorflow-cpu")),
     ):
-        found[name] = _installed_version(*dists) or "not installed"
+        found[name] = installed_version(*dists) or "not installed"
     return found
 
 
