@@ -49,15 +49,31 @@ def kernel_verdicts(summary: dict) -> dict[str, dict]:
     return {entry["grade_id"]: entry for entry in summary.get("cells", []) if entry.get("grade_id")}
 
 
+def _why_missing(entry: dict | None) -> str:
+    """Why a case has no result, from the kernel's (untrusted) account: the error's name and message
+    as the student's code raised it, never the test's code."""
+    if entry is None:
+        return "not checked: the test cell did not run"
+    if entry.get("ename"):
+        error = entry["ename"] + (f": {entry['evalue'][:300]}" if entry.get("evalue") else "")
+        if entry["ename"] == "NotImplementedError":
+            error += " (this part is not answered yet)"
+        return f"not checked: the test cell stopped with {error}"
+    if entry.get("status") in ("timeout", "died"):
+        return f"not checked: {entry.get('error', 'the test cell did not finish')}"
+    return "not checked: the test cell did not record it"
+
+
 def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
     for grade_id, cell in reference.cells.items():
+        entry = kernel.get(grade_id)
         message, public_failed = "", False
         for name in cell["cases"]:
             if name not in values:
-                message = f"{name}: no result (the test cell stopped before this check, or never ran)"
+                message = f"{name}: {_why_missing(entry)}"
                 public_failed = reference.cases[name].public
                 break
             problem = compare(reference.cases[name], reference.values[name], values[name])
@@ -65,14 +81,10 @@ def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
                 message, public_failed = problem, reference.cases[name].public
                 break
         passed = not message
-        entry = kernel.get(grade_id)
         if entry is None:
             seen = "not run"
         else:
             seen = "passed" if entry.get("status") == "ok" else "failed"
-        if not passed and entry is not None and entry.get("status") != "ok" and entry.get("ename"):
-            # The student sees why the cell stopped: the error's name and message, never the test's code.
-            message += f" [the test cell raised {entry['ename']}: {entry.get('evalue', '')[:300]}]"
         if seen == "passed" and public_failed:
             # A public check raises in the kernel when it fails; a cell that ran clean past a failing
             # public check means the notebook changed how checks behave.

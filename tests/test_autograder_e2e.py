@@ -137,6 +137,8 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(toy):
 
     # clear reasons
     assert "empty" in results["empty"]["reason"]
+    assert "stopped with NotImplementedError (this part is not answered yet)" in results["blank"]["reason"]
+    assert "stopped with NotImplementedError" in results["partial"]["reason"]
     assert "invalid JSON" in results["badjson"]["reason"]
     assert "format 99" in results["nbformat99"]["reason"]
     assert any("found by its content" in n for n in results["colab"]["notes"])
