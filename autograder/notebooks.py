@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -61,10 +60,3 @@ def execute_notebook(
     start = time.perf_counter()
     client.execute(env=kernel_env(env), cwd=str(workdir))
     return Execution(nb, time.perf_counter() - start, workdir)
-
-
-def copy_tree_clean(src: Path, dst: Path) -> None:
-    """Copy a folder, replacing whatever was at ``dst``."""
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import queue
-import shutil
 import threading
 import time
 import traceback
@@ -292,7 +291,3 @@ def _grade_on_dask(scheduler: str, jobs: list[Job], finish: Callable[[dict], Non
         futures = client.map(_dask_grade, jobs, pure=False)
         for future in as_completed(futures):
             finish(future.result())
-
-
-def clear_results(course: Course, aid: str) -> None:
-    shutil.rmtree(course.work / "results" / aid, ignore_errors=True)
