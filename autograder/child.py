@@ -103,6 +103,36 @@ def run_cells(client, nb, results: list[dict]) -> None:
         entry["output"] = short("".join(texts), 4000)
 
 
+def _shows_more_than(path: str, revealed: list[str]) -> bool:
+    """Whether the hidden folder ``path`` lists anything besides the way to the revealed paths in it."""
+    try:
+        entries = set(os.listdir(path))
+    except OSError:
+        return False
+    allowed = {Path(r).relative_to(path).parts[0] for r in revealed if Path(r).is_relative_to(path) and r != path}
+    return bool(entries - allowed)
+
+
+def probe(hidden: list[str], revealed: list[str]) -> int:
+    """What a kernel started here would get: print it as one JSON line; exit 0 if a kernel can start."""
+    import socket
+    import subprocess
+
+    report = {"uid": os.getuid(), "interfaces": sorted(name for _, name in socket.if_nameindex())}
+    report["visible"] = [path for path in hidden if _shows_more_than(path, revealed)]
+    try:
+        import nbclient  # noqa: F401  (what this process needs once it has dropped its privileges)
+
+        started = subprocess.run(
+            [sys.executable, "-c", "import ipykernel, numpy"], capture_output=True, text=True, timeout=120
+        )
+        report["python"] = "ok" if started.returncode == 0 else short(started.stderr.strip(), 600)
+    except Exception as err:  # the interpreter or its libraries cannot be reached as this user
+        report["python"] = f"{type(err).__name__}: {short(str(err), 600)}"
+    print(json.dumps(report), flush=True)
+    return 0 if report["python"] == "ok" else 4
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scratch", required=True)
@@ -111,8 +141,22 @@ def main() -> None:
     parser.add_argument("--memory", type=int)
     parser.add_argument("--cell-timeout", type=float, default=120)
     parser.add_argument("--warm", default="numpy")
+    parser.add_argument("--namespaces", action="store_true", help="own network and mount namespace")
+    parser.add_argument("--hide", action="append", default=[], help="a folder the kernel must not see")
+    parser.add_argument("--reveal", action="append", default=[], help="a path to show again, read-only")
+    parser.add_argument("--probe", action="store_true", help="report what the kernel would get, and exit")
     args = parser.parse_args()
+    if args.namespaces:
+        from autograder.isolation import enter_namespaces
+
+        try:
+            enter_namespaces(args.hide, args.reveal)
+        except OSError as err:
+            print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
+            sys.exit(3)
     drop_privileges(args.uid, args.nproc, args.memory)
+    if args.probe:
+        sys.exit(probe(args.hide, args.reveal))
 
     import nbformat
     from nbclient.exceptions import CellTimeoutError, DeadKernelError

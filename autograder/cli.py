@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 
 from autograder.course import Course
-from autograder.sandbox import Limits, isolation_description
+from autograder.sandbox import Limits
 
-SYMBOL = {"graded": "\u2713", "flagged": "!", "timeout": "\u231b", "memory": "M", "crashed": "\u2717",
-          "unreadable": "\u2717", "error": "E"}  # fmt: skip
+SYMBOL = {"graded": "\u2713", "flagged": "!", "timeout": "\u231b", "memory": "M", "processes": "P",
+          "crashed": "\u2717", "unreadable": "\u2717", "error": "E"}  # fmt: skip
 
 
 def status_line(result: dict) -> str:
@@ -25,9 +25,27 @@ def status_line(result: dict) -> str:
 def grade_table(rows: list[dict]) -> str:
     lines = [f"{'student':<20} {'score':>11}  {'status':<10} reason", "-" * 90]
     lines += [
-        f"{r['student_id']:<20} {r['score']:>6g}/{r['max_score']:<4g}  {r['status']:<10} {r['reason'][:70]}"
+        f"{r['student_id']:<20} {score_text(r):>11}  {r['status']:<10} {r['reason'][:70]}"
         for r in sorted(rows, key=lambda r: r["student_id"])
     ]
+    return "\n".join(lines)
+
+
+def score_text(result: dict) -> str:
+    if result["status"] == "error":
+        return "not graded"
+    return f"{result['score']:>6g}/{result['max_score']:<4g}"
+
+
+def errors_text(rows: list[dict]) -> str:
+    """The submissions the grader failed on (never scored): listed at the end, with what to do."""
+    errors = [r for r in rows if r["status"] == "error"]
+    if not errors:
+        return ""
+    lines = [
+        f"{len(errors)} submission(s) NOT graded because of a grader error (no score recorded; run again):"
+    ]
+    lines += [f"  {r['student_id']}: {r['reason'][:150]}" for r in errors]
     return "\n".join(lines)
 
 
@@ -43,13 +61,20 @@ def limits_from(args) -> Limits:
     )
 
 
+def isolation_from(args):
+    from autograder.isolation import resolve
+
+    return resolve(args.isolation)
+
+
 def run_grading(course: Course, aid: str, args, students=None) -> list[dict]:
     from tqdm import tqdm
 
     from autograder.pipeline import grade, submissions
 
     total = len(submissions(course, aid, students))
-    print(f"isolation: {isolation_description(not args.no_sandbox)}")
+    isolation = isolation_from(args)
+    print(f"isolation: {isolation.describe()}")
     with tqdm(total=total, desc=f"grading {aid}", unit="nb", file=sys.stderr, disable=None) as bar:
 
         def show(result: dict) -> None:
@@ -57,7 +82,7 @@ def run_grading(course: Course, aid: str, args, students=None) -> list[dict]:
             bar.update(1)
 
         rows = grade(course, aid, workers=args.workers, limits=limits_from(args), students=students,
-                     force=args.force, scheduler=args.scheduler, use_bwrap=not args.no_sandbox, on_result=show)  # fmt: skip
+                     force=args.force, scheduler=args.scheduler, isolation=isolation, on_result=show)  # fmt: skip
         bar.update(total - bar.n)
     skipped = total - len(rows)
     if skipped:
@@ -68,19 +93,38 @@ def run_grading(course: Course, aid: str, args, students=None) -> list[dict]:
 def add_grading_options(p: argparse.ArgumentParser) -> None:
     import os
 
+    from autograder.isolation import MODES
+
+    default = Limits()  # the one set of defaults, shared with the Gradescope path
     p.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="parallel submissions (default: cores)"
     )
-    p.add_argument("--timeout", type=float, default=600, help="seconds for a whole notebook (default 600)")
-    p.add_argument("--cell-timeout", type=float, default=180, help="seconds for one cell (default 180)")
-    p.add_argument("--memory", type=int, default=4096, help="MB of memory per submission (default 4096)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=default.timeout,
+        help=f"seconds for a whole notebook (default {default.timeout:g})",
+    )
+    p.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=default.cell_timeout,
+        help=f"seconds for one cell (default {default.cell_timeout:g})",
+    )
+    p.add_argument(
+        "--memory",
+        type=int,
+        default=default.memory_mb,
+        help=f"MB of memory per submission (default {default.memory_mb})",
+    )
+    p.add_argument(
+        "--isolation", choices=MODES, default="auto",
+        help="bubblewrap (refused where missing), basic (never bubblewrap), auto (bubblewrap where it works; default)",
+    )  # fmt: skip
     p.add_argument(
         "--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)"
     )
     p.add_argument("--force", action="store_true", help="grade again even if already graded")
-    p.add_argument(
-        "--no-sandbox", action="store_true", help="do not use bubblewrap even if installed (rlimits only)"
-    )
 
 
 def cmd_release(args) -> int:
@@ -114,7 +158,15 @@ def cmd_grade(args) -> int:
     rows = run_grading(args.course, args.aid, args, args.student or None)
     if rows:
         print(grade_table(rows))
-    return 0
+    return report_errors(rows)
+
+
+def report_errors(rows: list[dict]) -> int:
+    """Exit status of a grading command: 1 while any submission is left with a grader error."""
+    text = errors_text(rows)
+    if text:
+        print(text, file=sys.stderr)
+    return 1 if text else 0
 
 
 def cmd_feedback(args) -> int:
@@ -169,7 +221,8 @@ def throwaway_course(main: Course, aids: list[str]) -> Course:
     shutil.copy(main.root / "nbgrader_config.py", root)
     for aid in aids:
         shutil.copytree(main.source_notebook(aid).parent, root / "source" / aid)
-    course = Course(root=root, db="sqlite:///" + str(root / "gradebook.db"))  # never the shared gradebook
+    # never the shared gradebook; references and canaries are cached with the course it copies
+    course = Course(root=root, db="sqlite:///" + str(root / "gradebook.db"), cache_root=main.cache)
     release(course, aids)
     return course
 
@@ -199,7 +252,13 @@ def cmd_run(args) -> int:
     rows = run_pipeline(args.aid, Path(args.submissions), Path(args.out), args)
     print(grade_table(rows))
     print(f"grades: {Path(args.out) / 'grades.csv'}; feedback: {Path(args.out) / 'feedback'}")
-    return 0 if all(r.get("status") for r in rows) else 1
+    return report_errors(rows)
+
+
+def cmd_doctor(args) -> int:
+    from autograder.doctor import doctor
+
+    return doctor(args.course, args, args.aids or None)
 
 
 def cmd_demo(args) -> int:
@@ -285,6 +344,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser(
+        "doctor", help="what isolation is in force, what is missing, and each assignment's canary"
+    )
+    p.add_argument("aids", nargs="*")
+    add_grading_options(p)
+    p.set_defaults(func=cmd_doctor)
+
     p = sub.add_parser("samples", help="regenerate the sample submissions in autograder/samples/")
     p.add_argument("aids", nargs="*")
     p.set_defaults(func=cmd_samples)
@@ -297,5 +363,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (FileNotFoundError, KeyError, RuntimeError, ValueError) as err:
+        # the isolation, reference and canary checks land here: nothing was graded or recorded
         print(f"error: {err}", file=sys.stderr)
         return 2

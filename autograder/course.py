@@ -20,6 +20,7 @@ class Course:
     db: str | None = (
         None  # a gradebook URL; default: $DLCOURSE_DB_URL for this course, else SQLite in the root
     )
+    cache_root: Path | None = None  # references and canaries; a throwaway copy shares its origin's
 
     @property
     def source(self) -> Path:
@@ -35,9 +36,19 @@ class Course:
         return self.workspace or self.root / ".grading"
 
     @property
+    def cache(self) -> Path:
+        """What the grader computed from the sources and may reuse: references and canary results, each
+        keyed by the source, the grading code and the machine's software and device."""
+        return self.cache_root or self.root / ".grading" / "cache"
+
+    @property
     def reference_dir(self) -> Path:
-        """References are cached by a hash of the source, so every workspace can share one cache."""
-        return Path(os.environ.get("DLCOURSE_REFERENCE_CACHE", ROOT / ".grading" / "reference"))
+        return self.cache / "reference"
+
+    def private_folders(self) -> tuple[str, ...]:
+        """What no student's kernel may see: the course (sources, submissions, gradebook), the grader's
+        workspace and its cache."""
+        return tuple(str(p) for p in dict.fromkeys((self.root, self.work, self.cache)))
 
     @property
     def db_url(self) -> str:

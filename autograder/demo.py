@@ -7,17 +7,17 @@ writes ``<out>/grades.csv`` and ``<out>/<AID>/feedback/<student>.html``.
 
 from __future__ import annotations
 
-import csv
+import sys
 import time
 from pathlib import Path
 
+from autograder.export import result_row, write_csv
 from autograder.release import release
-from autograder.sandbox import isolation_description
 from dlcourse.runtime import banner_text
 
 
 def demo(out: Path, args) -> int:
-    from autograder.cli import grade_table, run_pipeline
+    from autograder.cli import errors_text, grade_table, isolation_from, run_pipeline
 
     course = args.course
     print(banner_text())
@@ -26,26 +26,34 @@ def demo(out: Path, args) -> int:
     print(
         f"released {len(released)} assignments into assignments/: {', '.join(p.parent.name for p in released)}"
     )
-    print(f"isolation: {isolation_description(not args.no_sandbox)}\n")
-    rows = []
+    print(f"isolation: {isolation_from(args).describe()}\n")
+    rows, refused = [], []
     for aid in course.assignments():
         samples = course.root / "autograder" / "samples" / aid
         if not samples.is_dir():
             print(f"{aid}: no sample submissions in {samples.relative_to(course.root)}; skipped")
             continue
         print(f"== {aid}: grading {len(list(samples.glob('*.ipynb')))} sample submissions")
-        for row in run_pipeline(aid, samples, out / aid, args):
-            rows.append({**row, "student_id": f"{aid}/{row['student_id']}"})
+        try:
+            graded = run_pipeline(aid, samples, out / aid, args)
+        except RuntimeError as err:  # the isolation, reference or canary check refused: nothing recorded
+            print(f"error: {err}\n", file=sys.stderr)
+            refused.append(aid)
+            continue
+        rows += [{**row, "student_id": f"{aid}/{row['student_id']}"} for row in graded]
         print()
     print(grade_table(rows))
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "grades.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["assignment", "student_id", "score", "max_score", "status", "reason"])
-        for r in rows:
-            aid, sid = r["student_id"].split("/", 1)
-            writer.writerow([aid, sid, f"{r['score']:g}", f"{r['max_score']:g}", r["status"], r["reason"]])
+    table = [[r["student_id"].split("/", 1)[0], *result_row(r)[:5]] for r in rows]
+    for row in table:
+        row[1] = row[1].split("/", 1)[1]
+    write_csv(
+        out / "grades.csv", ["assignment", "student_id", "score", "max_score", "status", "reason"], table
+    )
     print(
         f"\ngrades: {out / 'grades.csv'}; feedback: {out}/<AID>/feedback/; {time.monotonic() - started:.0f} s in all"
     )
-    return 0
+    if errors_text(rows):
+        print(errors_text(rows), file=sys.stderr)
+    if refused:
+        print(f"NOT graded (the grader failed its own check): {', '.join(refused)}", file=sys.stderr)
+    return 1 if refused or errors_text(rows) else 0

@@ -22,24 +22,35 @@ def results(course: Course, aid: str) -> list[dict]:
     return [r for r in found if r]
 
 
-def write_results_csv(course: Course, aid: str, target: Path) -> Path:
-    """``student_id,score,max_score,status,reason,flags``: one row per submission, whatever happened to it."""
+def score_cell(result: dict) -> str:
+    """A result's score as exported: empty for a grader error, which is never a student's score."""
+    return "" if result["status"] == "error" else f"{result['score']:g}"
+
+
+def write_csv(target: Path, header: list[str], rows: list[list[str]]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow([*RESULT_COLUMNS, "flags"])
-        for r in results(course, aid):
-            writer.writerow(
-                [
-                    r["student_id"],
-                    f"{r['score']:g}",
-                    f"{r['max_score']:g}",
-                    r["status"],
-                    r["reason"],
-                    "; ".join(r.get("flags", [])),
-                ]
-            )
+        writer.writerow(header)
+        writer.writerows(rows)
     return target
+
+
+def result_row(r: dict) -> list[str]:
+    return [
+        r["student_id"],
+        score_cell(r),
+        f"{r['max_score']:g}",
+        r["status"],
+        r["reason"],
+        "; ".join(r.get("flags", [])),
+    ]
+
+
+def write_results_csv(course: Course, aid: str, target: Path) -> Path:
+    """``student_id,score,max_score,status,reason,flags``: one row per submission, whatever happened to it
+    (a grader error has an empty score)."""
+    return write_csv(target, [*RESULT_COLUMNS, "flags"], [result_row(r) for r in results(course, aid)])
 
 
 def export_canvas(course: Course, target: Path, aids: list[str] | None = None) -> Path:
@@ -49,7 +60,7 @@ def export_canvas(course: Course, target: Path, aids: list[str] | None = None) -
     maxima = {}
     for aid in aids:
         for r in results(course, aid):
-            table.setdefault(r["student_id"], {})[aid] = f"{r['score']:g}"
+            table.setdefault(r["student_id"], {})[aid] = score_cell(r)
             maxima[aid] = r["max_score"]
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "w", newline="", encoding="utf-8") as fh:

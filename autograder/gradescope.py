@@ -102,6 +102,8 @@ def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_pa
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(preferred[0], target / f"{aid}.ipynb")
         result = grade(course, aid, workers=1, students=["student"], force=True)[0]
+        if result["status"] == "error":  # no results.json: Gradescope shows the run failed, not a zero
+            raise RuntimeError(f"grader error, the submission was not graded: {result['reason']}")
     data = results_json(result)
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(data, indent=1))

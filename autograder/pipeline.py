@@ -4,6 +4,12 @@ Submissions are graded in parallel by worker threads (each waits on its own sand
 grader's process never runs student code), or by the workers of a Dask cluster. Each worker starts
 its next child while the current one runs, so kernel start and framework imports overlap with work.
 Results are recorded by this process alone, one submission at a time, as they arrive.
+
+Before a batch the grader proves itself (:mod:`autograder.canary`): the isolation is probed, the
+reference is built in the sandbox, and the source's own solutions and the untouched release are graded
+through this very path. A run that failed for the grader's reasons (its kernel never started, the
+sandbox could not be set up, the disk filled, a worker was lost) gets status ``error``, is tried once
+more, and is never recorded as a score.
 """
 
 from __future__ import annotations
@@ -20,10 +26,11 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course
+from autograder.isolation import Isolation, resolve
 from autograder.record import Recorder, is_current, load_result, result_path, sha256_file, write_json_atomic
-from autograder.reference import Reference, build_reference, source_digest
+from autograder.reference import Reference
 from autograder.repair import repair
-from autograder.sandbox import Limits, Sandbox, isolation_description
+from autograder.sandbox import Limits, Sandbox
 from autograder.verify import verify
 
 STATUS_TEXT = {
@@ -34,7 +41,7 @@ STATUS_TEXT = {
     "processes": "stopped for starting too many processes; graded on what ran",
     "crashed": "the kernel died; graded on what ran",
     "unreadable": "could not be read",
-    "error": "grader error",
+    "error": "grader error: not graded (the grader's failure, not the student's; no score recorded)",
 }
 
 
@@ -48,7 +55,12 @@ class Job:
     sid: str
     limits: Limits
     warm: tuple[str, ...]
-    use_bwrap: bool = True
+    isolation: Isolation
+    private: tuple[str, ...] = ()  # folders the kernel must not see
+    path: str = ""  # the notebook, when it is not in submitted/ (the canary's)
+
+    def sandbox(self, slot: int = 0) -> Sandbox:
+        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
 
 
 def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
@@ -83,7 +95,7 @@ def submissions(course: Course, aid: str, students: list[str] | None = None) -> 
 def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> dict:
     """Grade one submission end to end, never raising: every outcome is a result with a reason."""
     course = Course(Path(job.root), Path(job.workspace))
-    path = course.root / "submitted" / job.sid / job.aid / f"{job.aid}.ipynb"
+    path = Path(job.path) if job.path else course.root / "submitted" / job.sid / job.aid / f"{job.aid}.ipynb"
     started = time.monotonic()
     result = {
         "student_id": job.sid,
@@ -95,8 +107,8 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
         "notes": [],
         "cells": [],
         "flags": [],
-        "isolation": isolation_description(job.use_bwrap),
-        "reference": reference.directory.joinpath("SOURCE_SHA256").read_text(),
+        "isolation": job.isolation.describe(),
+        "reference": reference.digest,
     }
     own_sandbox = sandbox is None
     try:
@@ -120,17 +132,23 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
             ]
             return result
         if sandbox is None:
-            sandbox = Sandbox(job.limits, warm=job.warm, use_bwrap=job.use_bwrap).start()
+            sandbox = job.sandbox().start()
         t0 = time.perf_counter()
         outcome = sandbox.run(repaired.notebook)
         timings["sandbox_run"] = time.perf_counter() - t0
+        if outcome.status == "error":  # nothing of the student's ran: no verdict, no score
+            result.update(
+                reason=f"grader error: {outcome.detail.splitlines()[0]}", detail=outcome.detail[-2000:]
+            )
+            return result
         # as the child measured them (untrusted, for the record only): kernel start and imports happen
         # before the notebook arrives, overlapped with the previous submission
         timings.update({f"child_{k}": v for k, v in outcome.summary.get("timings", {}).items()})
         t0 = time.perf_counter()
         verdict = verify(reference, outcome.scratch / "capture", outcome.summary)
         timings["verify"] = time.perf_counter() - t0
-        save_executed(course, job, outcome.scratch / "executed.ipynb", repaired.notebook)
+        if not job.path:
+            save_executed(course, job, outcome.scratch / "executed.ipynb", repaired.notebook)
         result["cells"] = [vars(c) for c in verdict.cells]
         result["score"] = verdict.score
         result["flags"] = verdict.disagreements + [f"recorded data: {p}" for p in verdict.problems]
@@ -168,9 +186,10 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
     return result
 
 
-def error_result(job: Job, reference: Reference, err: Exception) -> dict:
+def error_result(job: Job, reference: Reference | None, err: Exception) -> dict:
     return {
-        "student_id": job.sid, "assignment": job.aid, "score": 0.0, "max_score": reference.max_score,
+        "student_id": job.sid, "assignment": job.aid, "score": 0.0,
+        "max_score": reference.max_score if reference else 0.0,
         "status": "error", "reason": f"grader error: {type(err).__name__}: {err}", "notes": [], "cells": [],
         "flags": [], "isolation": "", "reference": "", "submission_sha256": "",
     }  # fmt: skip
@@ -204,31 +223,43 @@ def grade(
     students: list[str] | None = None,
     force: bool = False,
     scheduler: str | None = None,
-    use_bwrap: bool = True,
+    isolation: str | Isolation = "auto",
     on_result: Callable[[dict], None] | None = None,
 ) -> list[dict]:
-    """Grade every submission of ``aid`` that has no current result; return all results of this run."""
+    """Grade every submission of ``aid`` that has no current result; return all results of this run.
+
+    Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
+    the reference cannot be built, or the canary (:func:`autograder.canary.prove`) fails.
+    """
+    from autograder.canary import prove
+
     limits = limits or Limits()
-    reference = build_reference(course, aid)
-    digest = source_digest(course, aid)
+    isolation = resolve(isolation) if isinstance(isolation, str) else isolation
     found = submissions(course, aid, students)
+    with Recorder(course.db_url) as recorder:
+        if not recorder.knows(aid):
+            raise RuntimeError(
+                f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
+            )
+    reference = prove(course, aid, limits, isolation, workers)
+    digest = reference.digest
     todo = [
         sid
         for sid, path in found.items()
         if force or not is_current(load_result(course, aid, sid), sha256_file(path), digest)
     ]
     warm = frameworks_used(course, aid)
-    jobs = [Job(str(course.root), str(course.work), aid, sid, limits, warm, use_bwrap) for sid in todo]
+    private = course.private_folders()
+    jobs = [
+        Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private) for sid in todo
+    ]
     results: list[dict] = []
     with Recorder(course.db_url) as recorder:
-        if not recorder.knows(aid):
-            raise RuntimeError(
-                f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
-            )
 
         def finish(result: dict) -> None:
             t0 = time.perf_counter()
-            recorder.record(aid, result)  # gradebook first, then the result file that marks it done
+            if result["status"] != "error":  # the grader's failure is never a student's score
+                recorder.record(aid, result)  # gradebook first, then the result file that marks it done
             result.setdefault("timings", {})["record"] = time.perf_counter() - t0
             write_json_atomic(result_path(course, aid, result["student_id"]), result)
             results.append(result)
@@ -236,15 +267,25 @@ def grade(
                 on_result(result)
 
         if scheduler:
-            _grade_on_dask(scheduler, jobs, finish)
+            _grade_on_dask(scheduler, jobs, reference, finish)
         else:
-            _grade_locally(jobs, reference, workers, finish)
+            run_jobs(jobs, reference, workers, finish)
     return results
 
 
-def _grade_locally(
-    jobs: list[Job], reference: Reference, workers: int, finish: Callable[[dict], None]
-) -> None:
+def grade_with_retry(job: Job, reference: Reference, sandbox: Sandbox | None) -> dict:
+    """Grade once; a grader error (the student's code never ran, or the run was lost) gets one more try
+    in a fresh sandbox."""
+    result = grade_one(job, reference, sandbox)
+    if result["status"] == "error":
+        first = result["reason"]
+        result = grade_one(job, reference)
+        result["notes"] = [*result.get("notes", []), f"graded a second time after a grader error: {first}"]
+    return result
+
+
+def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callable[[dict], None]) -> None:
+    """Grade ``jobs`` on ``workers`` local worker threads; ``finish`` gets each result in this thread."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
@@ -259,14 +300,10 @@ def _grade_locally(
                 break
             current = None
             try:
-                current = ready or Sandbox(job.limits, slot, job.warm, job.use_bwrap).start()
+                current = ready or job.sandbox(slot).start()
                 # Start the next child now: its kernel boots and imports while this one runs.
-                ready = (
-                    Sandbox(job.limits, slot, job.warm, job.use_bwrap).start()
-                    if not pending.empty()
-                    else None
-                )
-                done.put(grade_one(job, reference, current))
+                ready = job.sandbox(slot).start() if not pending.empty() else None
+                done.put(grade_with_retry(job, reference, current))
             except Exception as err:  # the sandbox itself failed to start: a result all the same
                 done.put(error_result(job, reference, err))
             finally:
@@ -284,10 +321,24 @@ def _grade_locally(
         thread.join()
 
 
-def _grade_on_dask(scheduler: str, jobs: list[Job], finish: Callable[[dict], None]) -> None:
+def _grade_on_dask(
+    scheduler: str, jobs: list[Job], reference: Reference, finish: Callable[[dict], None]
+) -> None:
+    """Each job on a Dask worker; a lost worker or a grader error is tried once more, then an ``error``."""
     from distributed import Client, as_completed
 
     with Client(scheduler) as client:
-        futures = client.map(_dask_grade, jobs, pure=False)
-        for future in as_completed(futures):
-            finish(future.result())
+        futures = {client.submit(_dask_grade, job, pure=False): (job, 0) for job in jobs}
+        pool = as_completed(list(futures))
+        for future in pool:
+            job, tries = futures.pop(future)
+            try:
+                result = future.result()
+            except Exception as err:  # the worker died or the task could not run
+                result = error_result(job, reference, err)
+            if result["status"] == "error" and tries == 0:
+                again = client.submit(_dask_grade, job, pure=False)
+                futures[again] = (job, 1)
+                pool.add(again)
+                continue
+            finish(result)

@@ -48,6 +48,7 @@ def load_result(course: Course, aid: str, sid: str) -> dict | None:
 def is_current(result: dict | None, submission_sha: str, reference_digest: str) -> bool:
     return (
         bool(result)
+        and result.get("status") != "error"  # a grader error is graded again on the next run
         and result.get("submission_sha256") == submission_sha
         and result.get("reference") == reference_digest
     )

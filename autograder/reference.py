@@ -1,9 +1,17 @@
 """The reference: what the source's own solutions produce on every case of every graded test cell.
 
-Built once per assignment (and again whenever the source changes) by running the source notebook
-with ``DLCOURSE_CAPTURE`` set and each graded test cell marked with ``begin_cell``. Trusted code
-only: the source is the instructor's. The result lives in the grader's workspace, which students'
-code can never read.
+Built under the conditions of the students' runs: the source notebook, with each graded test cell
+marked by ``begin_cell``, runs in the same sandbox, limits and isolation as a submission. It runs three
+times at once, with 1, 2 and 4 BLAS threads (:data:`CALIBRATION_THREADS`): the 1-thread run gives the
+values, and every case must agree across the three within a tenth of its own tolerance
+(:data:`SAFETY_MARGIN`). A case that does not is refused with its measured spread and the tolerance it
+would need, so a tolerance that only holds on some machines never reaches a student's grade. The
+spread of every case is kept in ``calibration.json``.
+
+A reference is cached in the course, keyed by the source, the grading code and the machine's software
+(Python, numpy, torch, TensorFlow, ...) and device (CUDA present or not, CPU model): an upgrade or a GPU
+host builds its own. Trusted code only: the source is the instructor's, and the cache lives in the
+grader's workspace, which students' code never sees.
 """
 
 from __future__ import annotations
@@ -11,19 +19,36 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import platform
 import shutil
-import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
+import numpy as np
 
 from autograder.course import Course, is_graded_test, nbgrader_meta
-from autograder.notebooks import execute_notebook
-from dlcourse.grading import CAPTURE_ENV, Case, load_cases
+from dlcourse.grading import Case, compare, load_cases
 
 CELLS_FILE = "cells.json"
 STAMP_FILE = "SOURCE_SHA256"
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_THREADS = (1, 2, 4)
+SAFETY_MARGIN = 10.0  # a case's tolerance must be this many times its spread across thread counts
+FINGERPRINT_PACKAGES = (
+    "numpy",
+    "torch",
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "scikit-learn",
+    "ipykernel",
+)
+
+
+class ReferenceError(RuntimeError):
+    """The source's own solutions cannot give a reference that grades the same on every machine."""
 
 
 @dataclass(frozen=True)
@@ -37,17 +62,47 @@ class Reference:
     def max_score(self) -> float:
         return sum(cell["points"] for cell in self.cells.values())
 
+    @property
+    def digest(self) -> str:
+        return (self.directory / STAMP_FILE).read_text()
+
+
+def environment() -> dict[str, str]:
+    """What a reference's values may depend on besides the source: software versions and the device."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version(), "machine": platform.machine()}
+    for name in FINGERPRINT_PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    found["device"] = "cuda" if any(Path("/dev").glob("nvidia[0-9]*")) else "cpu"
+    try:
+        models = [
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        found["cpu"] = models[0] if models else platform.processor()
+    except OSError:
+        found["cpu"] = platform.processor()
+    return found
+
 
 def source_digest(course: Course, aid: str) -> str:
-    """A hash over everything the reference depends on: the source folder and the grading code."""
+    """A hash over everything the reference depends on: the source folder, the grading code, and the
+    machine's software and device (:func:`environment`)."""
     digest = hashlib.sha256()
     for path in sorted(course.source_notebook(aid).parent.rglob("*")):
         if path.is_file() and ".ipynb_checkpoints" not in path.parts:
             digest.update(path.name.encode() + path.read_bytes())
-    digest.update(Path(__file__).with_name("course.py").read_bytes())
+    for name in ("course.py", "reference.py", "child.py"):
+        digest.update(Path(__file__).with_name(name).read_bytes())
     import dlcourse.grading
 
     digest.update(Path(dlcourse.grading.__file__).read_bytes())
+    digest.update(json.dumps(environment(), sort_keys=True).encode())
     return digest.hexdigest()
 
 
@@ -65,8 +120,8 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
     return cells
 
 
-def build_reference(course: Course, aid: str, force: bool = False, timeout: float = 300) -> Reference:
-    """Return the reference of ``aid``, running the source only if it changed since the last build.
+def build_reference(course: Course, aid: str, force: bool = False, limits=None, isolation=None) -> Reference:
+    """Return the reference of ``aid``, running the source only if it (or the machine) changed.
 
     Several graders (or test workers) may ask at once: a lock file makes one of them build it and the
     others wait and reuse it.
@@ -79,25 +134,53 @@ def build_reference(course: Course, aid: str, force: bool = False, timeout: floa
         stamp = target / STAMP_FILE
         if not force and stamp.is_file() and stamp.read_text() == digest:
             return load_reference(target)
-        return _build(course, aid, target, digest, timeout)
+        return _build(course, aid, target, digest, limits, isolation)
 
 
-def _build(course: Course, aid: str, target: Path, digest: str, timeout: float) -> Reference:
+def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int):
+    """One sandboxed run of the marked source with ``threads`` BLAS threads: the child's Outcome."""
+    from autograder.pipeline import frameworks_used
+    from autograder.sandbox import Sandbox
+
+    sandbox = Sandbox(
+        replace(limits, threads=threads),
+        warm=frameworks_used(course, aid),
+        isolation=isolation,
+        private=course.private_folders(),
+    )
+    sandbox.start()
+    return sandbox, sandbox.run(nb, files=course.source_notebook(aid).parent)
+
+
+def _build(course: Course, aid: str, target: Path, digest: str, limits, isolation) -> Reference:
+    from autograder.isolation import resolve
+    from autograder.sandbox import Limits
+
+    limits = limits or Limits()
+    isolation = isolation or resolve("auto")
     nb = course.read_source(aid)
     cells = mark_test_cells(nb)
     if not cells:
         raise ValueError(f"{aid}: the source has no graded test cells")
-    scratch = Path(tempfile.mkdtemp(prefix=f"reference-{aid}-"))
+    runs: dict[int, tuple] = {}
+
+    def run(threads: int) -> None:
+        runs[threads] = _run_source(course, aid, nb, limits, isolation, threads)
+
+    workers = [threading.Thread(target=run, args=(n,)) for n in CALIBRATION_THREADS]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     try:
-        workdir = scratch / "work"
-        shutil.copytree(course.source_notebook(aid).parent, workdir)
-        marked = workdir / f"{aid}.ipynb"
-        nbformat.write(nb, str(marked))
-        capture = scratch / "capture"
-        execute_notebook(marked, timeout=timeout, workdir=workdir, env={CAPTURE_ENV: str(capture)})
-        cases, _, problems = load_cases(capture)
-        if problems:
-            raise ValueError(f"{aid}: reference run recorded bad data: {problems}")
+        captured = {}
+        for threads, (_, outcome) in sorted(runs.items()):
+            _check_run(aid, threads, outcome, limits)
+            cases, values, problems = load_cases(outcome.scratch / "capture")
+            if problems:
+                raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
+            captured[threads] = (cases, values)
+        cases, values = captured[CALIBRATION_THREADS[0]]
         for case in cases.values():
             if case.cell not in cells:
                 raise ValueError(f"{aid}: case {case.name!r} is recorded outside a graded test cell")
@@ -107,14 +190,84 @@ def _build(course: Course, aid: str, target: Path, digest: str, timeout: float) 
             raise ValueError(
                 f"{aid}: graded test cells without any check(...) case cannot be graded: {empty}"
             )
+        calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
+        if problems:
+            raise ReferenceError(
+                f"{aid}: the source's own results differ between {', '.join(map(str, CALIBRATION_THREADS))} "
+                f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
+                f"machine. Widen these cases' rtol/atol in source/{aid}/{aid}.ipynb:\n  "
+                + "\n  ".join(problems)
+            )
+        capture = runs[CALIBRATION_THREADS[0]][1].scratch / "capture"
         (capture / CELLS_FILE).write_text(json.dumps(cells, indent=1))
+        (capture / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
         (capture / STAMP_FILE).write_text(digest)
         if target.exists():
             shutil.rmtree(target)
-        shutil.move(str(capture), str(target))
+        shutil.copytree(capture, target)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        for sandbox, _ in runs.values():
+            sandbox.cleanup()
     return load_reference(target)
+
+
+def _check_run(aid: str, threads: int, outcome, limits) -> None:
+    """Refuse a reference from a run that did not go through cleanly: it would grade every student wrong."""
+    where = f"{aid}: the source's own solutions, run in the sandbox with {threads} BLAS thread(s),"
+    if outcome.status != "finished":
+        hint = {
+            "timeout": f"took longer than {limits.timeout:.0f} s (raise --timeout)",
+            "memory": f"used more than {limits.memory_mb} MB (raise --memory)",
+            "processes": f"started more than {limits.processes} processes",
+            "crashed": "lost their kernel",
+            "error": "could not start a kernel (see `python -m autograder doctor`)",
+        }[outcome.status]
+        raise ReferenceError(f"{where} {hint}.\n{outcome.detail[-1500:]}")
+    failed = [c for c in outcome.summary.get("cells", []) if c.get("status") != "ok"]
+    if failed or outcome.summary.get("stopped"):
+        first = failed[0] if failed else {}
+        raise ReferenceError(
+            f"{where} failed in cell {first.get('index')} ({first.get('grade_id') or 'no grade id'}): "
+            f"{first.get('ename') or first.get('error') or outcome.summary.get('stopped')}: "
+            f"{str(first.get('evalue', ''))[:500]}"
+        )
+
+
+def calibrate(cases: dict[str, Case], runs: dict[int, dict]) -> tuple[dict, list[str]]:
+    """Each case's spread across the runs (thread count -> values), and the cases whose tolerance does not
+    cover it ``SAFETY_MARGIN`` times over."""
+    base_threads = min(runs)
+    base = runs[base_threads]
+    report, problems = {}, []
+    for name, case in cases.items():
+        spread_abs = spread_rel = 0.0
+        problem = None
+        for threads, values in runs.items():
+            if name not in values:
+                problem = f"{name}: not recorded in the run with {threads} threads"
+                break
+            ref, got = base[name], values[name]
+            if case.kind in ("range", "accuracy"):  # no reference value: each run must pass on its own
+                problem = compare(case, ref, got) and f"{compare(case, ref, got)} (with {threads} threads)"
+            elif case.kind == "close" and ref.shape == got.shape and ref.dtype.kind in "fc":
+                diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+                spread_abs = max(spread_abs, float(np.max(diff, initial=0.0)))
+                allowed = case.params.get("atol", 1e-8) + case.params.get("rtol", 1e-5) * np.abs(ref)
+                spread_rel = max(spread_rel, float(np.max(diff / allowed, initial=0.0)))
+                if spread_rel * SAFETY_MARGIN > 1:
+                    problem = (
+                        f"{name}: differs by up to {spread_abs:.3g} between 1 and {threads} threads, which uses "
+                        f"{spread_rel:.0%} of its tolerance (rtol={case.params.get('rtol')}, "
+                        f"atol={case.params.get('atol')}); it may use at most {1 / SAFETY_MARGIN:.0%}"
+                    )
+            elif not (ref.shape == got.shape and np.array_equal(ref, got)):
+                problem = f"{name}: compared exactly, but its value differs between 1 and {threads} threads"
+            if problem:
+                break
+        report[name] = {"kind": case.kind, "spread": spread_abs, "share_of_tolerance": spread_rel}
+        if problem:
+            problems.append(problem)
+    return {"threads": sorted(runs), "safety_margin": SAFETY_MARGIN, "cases": report}, problems
 
 
 def load_reference(directory: Path) -> Reference:

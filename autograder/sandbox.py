@@ -1,11 +1,10 @@
 """Stage 3, run: student code runs in a child process, never in the grader's.
 
 Each submission gets a fresh child (``autograder.child``) with its own scratch directory, a wall-clock
-limit for the whole notebook, a per-cell limit, a memory limit and a process limit. Where bubblewrap
-is installed the child also gets no network, its own process tree, and a view of the file system in
-which the course directory (sources, gradebook, references, other submissions) and the home directory
-are replaced by empty folders. When the grader runs as root, each worker slot runs its children as its
-own unprivileged user id, so process limits apply and one submission cannot signal another.
+limit for the whole notebook, a per-cell limit, a memory limit and a process limit, inside the isolation
+that :mod:`autograder.isolation` resolved for the batch (bubblewrap, or the basic mode's namespaces).
+When the grader runs as root, each live child runs as its own unprivileged user id, so process limits
+apply and one submission cannot signal another.
 
 Children are started ahead of time (:class:`Sandbox` prints READY once its kernel has imported the
 frameworks), so kernel start and imports overlap with the previous submission's run.
@@ -30,6 +29,7 @@ import nbformat
 
 from autograder.child import READY
 from autograder.course import ROOT
+from autograder.isolation import Isolation, probe_report, resolve
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
@@ -57,68 +57,18 @@ def allocate_uid() -> tuple[int, int]:
 @dataclass(frozen=True)
 class Limits:
     timeout: float = 600.0  # whole notebook, seconds
-    cell_timeout: float = 120.0
+    cell_timeout: float = 180.0
     memory_mb: int = 4096
     nproc: int = 512  # threads and processes (RLIMIT_NPROC, when the child has its own uid)
     processes: int = 48  # processes in the sandbox's tree before it is stopped as a fork bomb
     threads: int = 1  # BLAS/OpenMP threads per kernel, so parallel workers do not oversubscribe
 
 
-def bubblewrap() -> str | None:
-    """The bubblewrap binary if it is installed and works here, else None."""
-    path = shutil.which("bwrap")
-    if not path:
-        return None
-    probe = subprocess.run(
-        [
-            path,
-            "--ro-bind",
-            "/",
-            "/",
-            "--unshare-net",
-            "--unshare-pid",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "true",
-        ],
-        capture_output=True,
-    )
-    return path if probe.returncode == 0 else None
-
-
-_BWRAP = None
-_BWRAP_CHECKED = False
-
-
-def isolation_description(use_bwrap: bool = True) -> str:
-    parts = []
-    if use_bwrap and bubblewrap_cached():
-        parts.append(
-            "bubblewrap (no network, own PID namespace, only the system, Python and course code visible)"
-        )
-    else:
-        parts.append("no bubblewrap: NO network or file-system isolation (install 'bubblewrap' for it)")
-    parts.append(
-        "a separate unprivileged user per submission" if os.geteuid() == 0 else "same user as the grader"
-    )
-    parts.append("rlimits (memory, processes, file size), wall-clock and per-cell timeouts")
-    return "; ".join(parts)
-
-
-def bubblewrap_cached() -> str | None:
-    global _BWRAP, _BWRAP_CHECKED
-    if not _BWRAP_CHECKED:
-        _BWRAP, _BWRAP_CHECKED = bubblewrap(), True
-    return _BWRAP
-
-
 @dataclass
 class Outcome:
     """What came back from one run: plain data only, all of it untrusted."""
 
-    status: str  # "finished", "timeout", "memory", "processes", "crashed"
+    status: str  # "finished", "timeout", "memory", "processes", "crashed"; "error": the grader's failure
     seconds: float
     scratch: Path
     summary: dict = field(default_factory=dict)
@@ -155,10 +105,16 @@ class Sandbox:
     """One pre-started child: ``start()``, ``wait_ready()``, then ``run(notebook)`` exactly once."""
 
     def __init__(
-        self, limits: Limits, slot: int = 0, warm: tuple[str, ...] = ("numpy",), use_bwrap: bool = True
+        self,
+        limits: Limits,
+        slot: int = 0,
+        warm: tuple[str, ...] = ("numpy",),
+        isolation: Isolation | None = None,
+        private: tuple[str, ...] = (),
     ):
         self.limits, self.slot, self.warm = limits, slot, warm
-        self.use_bwrap = use_bwrap and bubblewrap_cached() is not None
+        self.isolation = isolation or resolve("auto")
+        self.private = private  # folders no kernel may see (the course, the grader's workspace)
         self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
         self.uid, self._uid_lock = allocate_uid() if os.geteuid() == 0 else (None, None)
         self.process: subprocess.Popen | None = None
@@ -173,10 +129,12 @@ class Sandbox:
         ]  # fmt: skip
         if self.uid is not None:
             child += ["--uid", str(self.uid), "--nproc", str(self.limits.nproc)]
-        if not self.use_bwrap:
-            return child
+        child += [arg for path in self.hidden() for arg in ("--hide", path)]
+        child += [arg for path in self.revealed() for arg in ("--reveal", path)]
+        if self.isolation.mode != "bubblewrap":
+            return child + (["--namespaces"] if self.isolation.namespaces else [])
         bwrap = [
-            bubblewrap_cached(), "--die-with-parent", "--new-session",
+            self.isolation.bwrap, "--die-with-parent", "--new-session",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
         ]  # fmt: skip
@@ -187,8 +145,8 @@ class Sandbox:
             if Path(system).exists():
                 bwrap += ["--ro-bind", system, system]
         made: set[Path] = {Path("/")} | {Path(d) for d in SYSTEM_DIRS}
-        for path in sorted({Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder"}):
-            if not path.exists() or any(path.is_relative_to(d) for d in SYSTEM_DIRS):
+        for path in map(Path, self.revealed()):
+            if path == self.scratch or not path.exists() or any(path.is_relative_to(d) for d in SYSTEM_DIRS):
                 continue
             # bwrap makes missing parents 0700; the child's unprivileged user must be able to pass them.
             for parent in reversed(path.parents):
@@ -199,12 +157,54 @@ class Sandbox:
         bwrap += ["--bind", str(self.scratch), str(self.scratch), "--chdir", str(self.scratch / "work"), "--"]
         return bwrap + child
 
-    def start(self) -> Sandbox:
+    def hidden(self) -> list[str]:
+        """Folders the basic mode covers: home folders, this repository, the course and its workspace."""
+        return [str(p) for p in ("/root", "/home", ROOT, *self.private)]
+
+    def revealed(self) -> list[str]:
+        """What the kernel needs of the hidden folders: the Python environment and the course's code."""
+        needed = {
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            ROOT / "dlcourse",
+            ROOT / "autograder",
+            self.scratch,
+        }
+        hidden = [Path(p) for p in self.hidden()]
+        for entry in sys.path:  # site-packages of an environment that reaches into another one
+            path = Path(entry)
+            if entry and path.is_dir() and not any(h == path or h.is_relative_to(path) for h in hidden):
+                needed.add(path)
+        return sorted(str(p) for p in needed)
+
+    def probe(self) -> dict:
+        """Start the child exactly as a submission's, up to the point where the kernel would start;
+        return its report (user id, network interfaces, hidden folders it can still see, whether Python
+        runs), with ``error`` set when it failed."""
+        self.prepare()
+        done = subprocess.run(
+            [*self.command(), "--probe"],
+            preexec_fn=_die_with_grader,
+            capture_output=True,
+            text=True,
+            env=_kernel_env(self.scratch, self.limits),
+            cwd=str(self.scratch / "work"),
+            timeout=180,
+        )
+        report = probe_report(done.stdout)
+        if done.returncode != 0:
+            report["error"] = (done.stdout + done.stderr).strip()[-1500:] or f"exit status {done.returncode}"
+        return report
+
+    def prepare(self) -> None:
         for sub in ("work", "capture", "home", "tmp"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)
+
+    def start(self) -> Sandbox:
+        self.prepare()
         self.process = subprocess.Popen(
             self.command(),
             preexec_fn=_die_with_grader,
@@ -236,19 +236,29 @@ class Sandbox:
                 return False
         return False
 
-    def run(self, notebook: nbformat.NotebookNode) -> Outcome:
-        """Run ``notebook`` in this (ready) child; enforce the limits; return what came back."""
+    def run(self, notebook: nbformat.NotebookNode, files: Path | None = None) -> Outcome:
+        """Run ``notebook`` in this (ready) child, with copies of the files in the folder ``files`` beside
+        it; enforce the limits; return what came back.
+
+        A child that never reported its kernel ready is the grader's failure (status ``error``): no
+        student code has run in it yet. Whatever happens after READY happened to the student's code.
+        """
         assert self.process is not None
+        work = self.scratch / "work"
+        if files is not None:
+            for item in files.iterdir():
+                if item.is_file() and item.suffix != ".ipynb":
+                    shutil.copy(item, work / item.name)
         path = self.scratch / "input.ipynb"
         nbformat.write(notebook, str(path))
         if self.uid is not None:
-            os.chown(path, self.uid, self.uid)
+            for item in [path, *work.iterdir()]:
+                os.chown(item, self.uid, self.uid)
         start = time.monotonic()
-        if not self.wait_ready(timeout=120):
+        if not self.wait_ready(timeout=self.limits.timeout):
             self.kill()
-            return Outcome(
-                "crashed", time.monotonic() - start, self.scratch, detail=self._tail("kernel did not start")
-            )
+            why = "the sandbox's kernel did not start (no student code ran)"
+            return Outcome("error", time.monotonic() - start, self.scratch, detail=self._tail(why))
         try:
             self.process.stdin.write(str(path) + "\n")
             self.process.stdin.flush()
@@ -261,7 +271,8 @@ class Sandbox:
         if status == "finished" and summary.get("stopped") == "DeadKernelError":
             status = "crashed"
         if status == "finished" and not summary:
-            status = "crashed"
+            # the child writes run.json after the notebook; if it could not, the disk is the grader's problem
+            status = "error" if any("No space left on device" in line for line in self._log) else "crashed"
         return Outcome(status, seconds, self.scratch, summary, self._tail(""))
 
     def _watch(self, start: float) -> str:

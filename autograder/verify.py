@@ -2,9 +2,12 @@
 
 A graded test cell earns its points when every case that the reference recorded in it was also
 recorded by the student's run and agrees with the reference (kind and tolerance from the reference).
-The kernel's own verdict (did the test cell raise?) is kept as a second opinion: public checks raise in
-the kernel when they fail, so a cell that the kernel saw pass while one of its public checks fails
-outside the kernel is flagged as tampering. The trusted verdict always stands.
+The kernel's own verdict (did the test cell raise?) is kept as a second opinion. A public check raises in
+the kernel when it fails, and the run records both sides of its comparison, so the grader can redo that
+very comparison on the same data: a cell that the kernel saw pass while one of its public checks was not
+recorded, or fails when redone outside, is flagged as tampering. Differences from the reference are never
+evidence of tampering (a consistently wrong answer, or floating-point noise, passes its own public check).
+The trusted verdict always stands.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder.reference import Reference
-from dlcourse.grading import compare, load_cases
+from dlcourse.grading import Case, compare, load_cases, load_expected
 
 
 @dataclass
@@ -64,33 +67,49 @@ def _why_missing(entry: dict | None) -> str:
     return "not checked: the test cell did not record it"
 
 
+def tampered_public_check(
+    reference: Reference, capture: Path, cases: dict[str, Case], values: dict, name: str
+) -> bool:
+    """True when a public case's own in-kernel comparison, redone on the recorded data with the reference's
+    kind and tolerance, fails, or when the case was not recorded at all: the kernel cannot have seen it pass."""
+    if name not in values:
+        return True
+    trusted = reference.cases[name]
+    if trusted.kind in ("range", "accuracy"):  # compared with bounds or labels, not with a value
+        return compare(trusted, None, values[name]) is not None
+    expected = load_expected(capture, cases[name])
+    return expected is None or compare(trusted, expected, values[name]) is not None
+
+
 def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
     for grade_id, cell in reference.cells.items():
         entry = kernel.get(grade_id)
-        message, public_failed = "", False
+        message = ""
         for name in cell["cases"]:
             if name not in values:
                 message = f"{name}: {_why_missing(entry)}"
-                public_failed = reference.cases[name].public
                 break
             problem = compare(reference.cases[name], reference.values[name], values[name])
             if problem:
-                message, public_failed = problem, reference.cases[name].public
+                message = problem
                 break
         passed = not message
         if entry is None:
             seen = "not run"
         else:
             seen = "passed" if entry.get("status") == "ok" else "failed"
-        if seen == "passed" and public_failed:
-            # A public check raises in the kernel when it fails; a cell that ran clean past a failing
-            # public check means the notebook changed how checks behave.
+        public = [name for name in cell["cases"] if reference.cases[name].public]
+        if seen == "passed" and any(
+            tampered_public_check(reference, capture, cases, values, n) for n in public
+        ):
+            # A public check raises in the kernel when it fails; a cell that ran clean past a public check
+            # that failed (or never ran) means the notebook changed how checks behave.
             verdict.disagreements.append(
-                f"{grade_id}: the kernel reported this test cell as passing, but its public check failed "
-                "when verified outside the kernel (the notebook may tamper with the tests)"
+                f"{grade_id}: the kernel reported this test cell as passing, but one of its public checks "
+                "fails when its own comparison is redone outside the kernel (the notebook may tamper with the tests)"
             )
         points = cell["points"] if passed else 0.0
         verdict.cells.append(CellResult(grade_id, points, cell["points"], passed, message, seen))

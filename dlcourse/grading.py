@@ -74,6 +74,7 @@ class Case:
     params: dict
     cell: str | None = None
     public: bool = False
+    expected_file: str | None = None  # public cases: the expected value the kernel compared with
 
 
 def plain_value(value) -> np.ndarray:
@@ -113,7 +114,9 @@ def begin_cell(cell_id: str) -> None:
     _current_cell = cell_id
 
 
-def _record(directory: Path, name: str, kind: str, params: dict, value: np.ndarray, public: bool) -> None:
+def _record(
+    directory: Path, name: str, kind: str, params: dict, value: np.ndarray, public: bool, expected=None
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     index = sum(1 for _ in directory.glob("*.npy"))
     filename = f"{index:04d}.npy"
@@ -126,6 +129,9 @@ def _record(directory: Path, name: str, kind: str, params: dict, value: np.ndarr
         "cell": _current_cell,
         "public": public,
     }
+    if expected is not None:  # so the grader can redo the kernel's own comparison on the same data
+        entry["expected"] = f"{index:04d}e.npy"
+        np.save(directory / entry["expected"], expected, allow_pickle=False)
     with open(directory / CASES_FILE, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry) + "\n")
 
@@ -176,10 +182,27 @@ def load_cases(
         except (ValueError, OSError, EOFError) as err:
             problems.append(f"case {name!r}: unreadable data ({type(err).__name__})")
             continue
+        expected = entry.get("expected")
+        expected = (
+            expected if isinstance(expected, str) and re.fullmatch(r"\d{4,6}e\.npy", expected) else None
+        )
         cases[name] = Case(
-            name, kind, params, cell if isinstance(cell, str) else None, entry.get("public") is True
+            name, kind, params, cell if isinstance(cell, str) else None, entry.get("public") is True, expected
         )
     return cases, values, problems
+
+
+def load_expected(directory: Path | str, case: Case) -> np.ndarray | None:
+    """The expected value a public case was compared with in the kernel, or None (not recorded, unreadable)."""
+    if not case.expected_file:
+        return None
+    path = Path(directory) / case.expected_file
+    try:
+        if path.stat().st_size > 64 * 2**20:
+            return None
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None
 
 
 # ----------------------------------------------------------------------------- comparing
@@ -271,10 +294,15 @@ def _case(name: str, kind: str, params: dict, got, expected, public: bool | None
 
     capture = os.environ.get(CAPTURE_ENV)
     if capture:
-        _record(Path(capture), name, kind, params, value, public)
+        try:
+            plain_expected = None if expected is None else plain_value(expected)
+        except TypeError as err:
+            _session[name] = "failed"
+            raise GradingError(f"{name}: expected value: {err}") from None
+        _record(Path(capture), name, kind, params, value, public, plain_expected)
         _session[name] = "recorded"
         if public:
-            _verdict(case, expected if expected is not None else value, value)
+            _verdict(case, plain_expected if plain_expected is not None else value, value)
         return
     reference_dir = os.environ.get(REFERENCE_ENV)
     if reference_dir:

@@ -1,0 +1,188 @@
+"""Stage 0, prove: before a batch is graded, the grader grades itself.
+
+1. **Probe** the isolation: start one child exactly as a submission's (same sandbox, user id, limits) up
+   to where its kernel would start, and check that Python runs there, that it has no network and that the
+   course's private folders are out of its sight (where the mode promises that).
+2. **Reference**: built in that sandbox and calibrated across thread counts (:mod:`autograder.reference`).
+3. **Canary**: grade the source's own solutions (the release with every answer filled in from the
+   source) and the untouched release through the students' path: same sandbox, limits, workers, thread
+   settings and reference. The solutions must get full marks, unflagged, and the release 0.
+
+Unless all three hold, nothing is graded or recorded: :class:`CanaryFailed` (or ``IsolationError``, or
+``ReferenceError``) says in a few lines what differed and how to fix it. A canary that passed is cached
+per source digest (which covers the machine's software and device), limits, isolation and workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import Course
+from autograder.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
+from autograder.reference import Reference, build_reference
+from autograder.sandbox import Limits, Sandbox
+
+_PROBED: dict[tuple, dict] = {}
+
+
+class CanaryFailed(RuntimeError):
+    """The source's solutions or release did not grade as they must: the grader is not fit to grade."""
+
+
+def probe_isolation(course: Course, limits: Limits, isolation: Isolation) -> dict:
+    """Start one child as a submission's and check what it got; raise IsolationError with the fix."""
+    key = (limits, isolation, course.private_folders())
+    if key in _PROBED:
+        return _PROBED[key]
+    sandbox = Sandbox(limits, isolation=isolation, private=course.private_folders())
+    try:
+        report = sandbox.probe()
+    finally:
+        sandbox.cleanup()
+    user = f"as uid {report.get('uid')}" if isolation.separate_uid else "as the grader's user"
+    if report.get("error") or report.get("python") != "ok":
+        cause = report.get("python") or report.get("error", "")
+        hints = []
+        if limits.memory_mb < 1024:
+            hints.append(
+                f"the memory limit ({limits.memory_mb} MB) may be too small to start Python: raise --memory"
+            )
+        if isolation.separate_uid and isolation.mode == "basic" and not isolation.namespaces:
+            hints.append(
+                "the unprivileged sandbox user cannot reach this Python (is it under a directory only root can "
+                f"enter, such as /root?): install bubblewrap ({INSTALL_BUBBLEWRAP}), or put the Python "
+                "environment where other users can read it"
+            )
+        hints = hints or ["run `python -m autograder doctor` for what is in force and what is missing"]
+        raise IsolationError(
+            f"the sandbox could not start Python {user} ({isolation.describe()}):\n  {cause.strip()[-900:]}\n"
+            + "\n".join(f"  fix: {hint}" for hint in hints)
+        )
+    if isolation.mode == "bubblewrap" or isolation.namespaces:
+        if report.get("interfaces") != ["lo"]:
+            raise IsolationError(
+                f"the sandbox was meant to have no network, but sees {report.get('interfaces')}"
+            )
+        if report.get("visible"):
+            raise IsolationError(
+                f"the sandbox was meant to hide the course, but can read {report['visible']}"
+            )
+    _PROBED[key] = report
+    return report
+
+
+def canary_key(reference: Reference, limits: Limits, isolation: Isolation, workers: int) -> str:
+    text = json.dumps([reference.digest, asdict(limits), asdict(isolation), workers], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def canary_path(course: Course, aid: str) -> Path:
+    return course.cache / "canary" / f"{aid}.json"
+
+
+def cached_canary(course: Course, aid: str) -> dict | None:
+    try:
+        return json.loads(canary_path(course, aid).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_canary(
+    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int
+):
+    """Grade the solutions and the untouched release through the students' path: ``{name: result}``."""
+    from autograder.pipeline import Job, frameworks_used, run_jobs
+    from autograder.samples import filled
+
+    folder = course.work / "canary" / aid
+    folder.mkdir(parents=True, exist_ok=True)
+    notebooks = {
+        "solutions": filled(course, aid),
+        "release": nbformat.read(str(course.release_notebook(aid)), as_version=4),
+    }
+    jobs = []
+    for name, nb in notebooks.items():
+        path = folder / f"{name}.ipynb"
+        nbformat.write(nb, str(path))
+        jobs.append(
+            Job(str(course.root), str(course.work), aid, name, limits, frameworks_used(course, aid), isolation,
+                course.private_folders(), str(path))
+        )  # fmt: skip
+    results: dict[str, dict] = {}
+    run_jobs(jobs, reference, workers, lambda r: results.__setitem__(r["student_id"], r))
+    return results
+
+
+def canary_problems(results: dict[str, dict], limits: Limits) -> list[str]:
+    """What the canary's two runs show is wrong, in plain words with the fix; [] when it passed."""
+    lines = []
+    solutions, release = results["solutions"], results["release"]
+    if solutions["status"] != "graded" or solutions["score"] != solutions["max_score"]:
+        lines.append(
+            f"the source's own solutions got {solutions['score']:g}/{solutions['max_score']:g} "
+            f"(status {solutions['status']}): {solutions['reason']}"
+        )
+        lines += [
+            f"  {c['grade_id']}: {c['message']}" for c in solutions.get("cells", []) if not c["passed"]
+        ][:5]
+        lines += [f"  flagged: {flag}" for flag in solutions.get("flags", [])][:3]
+        fix = {
+            "error": "the sandbox could not run a kernel; run `python -m autograder doctor`",
+            "crashed": "the kernel died running the solutions; see the detail below",
+            "timeout": f"the solutions need more than --timeout {limits.timeout:g} s / --cell-timeout "
+            f"{limits.cell_timeout:g} s: raise them",
+            "memory": f"the solutions need more than --memory {limits.memory_mb} MB: raise it",
+            "processes": "the solutions start more processes than the sandbox allows",
+            "flagged": "a public check passes in the kernel but not when redone outside it: see the flags",
+        }.get(
+            solutions["status"],
+            "a case depends on the machine or the isolation: fix its tolerance in the source",
+        )
+        lines.append(f"  fix: {fix}")
+        if solutions.get("detail"):
+            lines.append("  detail: " + solutions["detail"].strip().replace("\n", "\n    ")[-800:])
+    if release["status"] == "error":
+        lines.append(f"the untouched release could not be graded: {release['reason']}")
+    elif release["score"] != 0:
+        passing = [c["grade_id"] for c in release.get("cells", []) if c["passed"]]
+        lines.append(
+            f"the untouched release got {release['score']:g} points: the tests of {', '.join(passing)} pass "
+            "without an answer (fix: make their hidden cases test the student's code)"
+        )
+    return lines
+
+
+def prove(course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int) -> Reference:
+    """Probe, build the reference, run the canary (or find it passed in the cache); return the reference."""
+    probe_isolation(course, limits, isolation)
+    reference = build_reference(course, aid, limits=limits, isolation=isolation)
+    key = canary_key(reference, limits, isolation, workers)
+    cached = cached_canary(course, aid)
+    if cached and cached.get("key") == key and cached.get("passed"):
+        return reference
+    started = time.monotonic()
+    results = run_canary(course, aid, reference, limits, isolation, workers)
+    problems = canary_problems(results, limits)
+    record = {
+        "key": key,
+        "passed": not problems,
+        "problems": problems,
+        "seconds": round(time.monotonic() - started, 1),
+        "isolation": isolation.describe(),
+        "scores": {name: f"{r['score']:g}/{r['max_score']:g} {r['status']}" for name, r in results.items()},
+    }
+    target = canary_path(course, aid)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(record, indent=1))
+    if problems:
+        raise CanaryFailed(
+            f"{aid}: the grader failed its own check, so nothing was graded or recorded:\n  "
+            + "\n  ".join(problems)
+        )
+    return reference

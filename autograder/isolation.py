@@ -1,0 +1,227 @@
+"""Which isolation a grading run gets, proven before anything is graded, and the namespaces of the basic mode.
+
+Three modes, chosen with ``--isolation``:
+
+``bubblewrap``  every submission in a bubblewrap sandbox: no network, its own PID namespace, and a file
+                system in which only the system, the Python environment and the course's code exist.
+                Refused, with the command that installs it, where bubblewrap is missing or cannot start.
+``basic``       no bubblewrap. Where Linux namespaces can be made (as root, or through an unprivileged user
+                namespace) each submission gets its own network namespace (no network) and mount namespace
+                (the course directory, the grader's workspace and the home folders are covered by empty
+                folders; the Python environment and the course code are shown again, read-only).
+                Elsewhere only the resource limits and, as root, a separate user id remain.
+``auto``        bubblewrap where it works, else basic.
+
+Before a batch, :func:`resolve` runs a probe through exactly the command line a submission gets: the
+child enters the isolation, drops to the submission's user id and starts the Python that the kernel will
+run. If that fails (for instance the interpreter lies behind a directory the unprivileged user cannot
+enter, as in ``/root`` of a container), the batch is refused with the reason and the fix, instead of
+every submission being recorded as a crash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MODES = ("auto", "bubblewrap", "basic")
+INSTALL_BUBBLEWRAP = "apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora)"
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+ST_KEPT = 2 | 4 | 8 | 1024 | 2048 | 4096  # nosuid, nodev, noexec, noatime, nodiratime, relatime
+
+
+class IsolationError(RuntimeError):
+    """The isolation asked for cannot be had here; the message says why and how to get it."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    mode: str  # "bubblewrap" or "basic"
+    bwrap: str | None = None  # the bubblewrap binary (mode "bubblewrap")
+    namespaces: bool = False  # basic mode: own network and mount namespace per submission
+    separate_uid: bool = False  # the grader is root: each submission runs as its own unprivileged uid
+
+    def describe(self) -> str:
+        if self.mode == "bubblewrap":
+            parts = [
+                "bubblewrap (no network, own PID namespace, only the system, Python and course code visible)"
+            ]
+        elif self.namespaces:
+            parts = [
+                "basic with namespaces (no network; course directory, grader workspace and home folders hidden; "
+                "other processes and the rest of the file system visible; install bubblewrap for more)"
+            ]
+        else:
+            parts = [
+                "basic WITHOUT namespaces: NO network or file-system isolation "
+                f"(install bubblewrap: {INSTALL_BUBBLEWRAP})"
+            ]
+        parts.append(
+            "a separate unprivileged user per submission" if self.separate_uid else "same user as the grader"
+        )
+        parts.append("rlimits (memory, processes, file size), wall-clock and per-cell timeouts")
+        return "; ".join(parts)
+
+
+def bubblewrap() -> tuple[str | None, str]:
+    """``(path, "")`` if bubblewrap is installed and can make its namespaces here, else ``(None, why not)``."""
+    path = shutil.which("bwrap")
+    if not path:
+        return None, f"bubblewrap is not installed ({INSTALL_BUBBLEWRAP})"
+    probe = subprocess.run(
+        [
+            path,
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-net",
+            "--unshare-pid",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return None, f"bubblewrap is installed but cannot start a sandbox here: {probe.stderr.strip()[:300]}"
+    return path, ""
+
+
+_CACHE: dict[str, Isolation] = {}
+
+
+def resolve(mode: str = "auto") -> Isolation:
+    """The isolation that ``mode`` gives on this machine (the namespace probes run once per process)."""
+    if mode not in MODES:
+        raise IsolationError(f"unknown isolation mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in _CACHE:
+        separate_uid = os.geteuid() == 0
+        path, why = bubblewrap() if mode != "basic" else (None, "")
+        if path:
+            _CACHE[mode] = Isolation("bubblewrap", bwrap=path, separate_uid=separate_uid)
+        elif mode == "bubblewrap":
+            raise IsolationError(f"--isolation bubblewrap: {why}")
+        else:
+            _CACHE[mode] = Isolation("basic", namespaces=namespaces_available(), separate_uid=separate_uid)
+    return _CACHE[mode]
+
+
+def namespaces_available() -> bool:
+    """Whether a child can make its own network and mount namespaces here (root, or user namespaces)."""
+    probe = subprocess.run([sys.executable, "-m", "autograder.isolation"], capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+# ----------------------------------------------------------------------------- inside the child
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encode = lambda s: s.encode() if s is not None else None  # noqa: E731
+    _check(
+        _libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}"
+    )
+
+
+def _loopback_up() -> None:
+    """A new network namespace has only a loopback device, down; the kernel talks to its client over it."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, siocgifflags, request))[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+
+
+def _inside(path: Path, folders: list[Path]) -> bool:
+    return any(path == f or path.is_relative_to(f) for f in folders)
+
+
+def enter_namespaces(hide: list[str], reveal: list[str]) -> None:
+    """Give this process (and all it starts) its own network and mount namespace.
+
+    Every folder in ``hide`` is covered by a small empty tmpfs (a file by ``/dev/null``); every path in
+    ``reveal`` that lies under a hidden folder is shown again at its own place, read-only. As root the
+    namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
+    Raises OSError when the kernel refuses.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWNET | (0 if uid == 0 else CLONE_NEWUSER)
+    _check(_libc.unshare(flags), "unshare")
+    if uid != 0:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    _loopback_up()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    hidden = [Path(p) for p in sorted(set(hide), key=len) if os.path.lexists(p)]
+    hidden = [p for i, p in enumerate(hidden) if not _inside(p, hidden[:i])]  # outermost only
+    shown = [Path(p) for p in sorted(set(reveal)) if os.path.exists(p) and _inside(Path(p), hidden)]
+    handles = {p: os.open(p, os.O_PATH) for p in shown}  # still reachable once their parents are covered
+    for path in hidden:
+        if path.is_dir():
+            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        else:
+            _mount("/dev/null", str(path), None, MS_BIND)
+    old_umask = os.umask(0o022)
+    try:
+        for path, handle in handles.items():
+            if path.is_dir() or not path.exists():
+                path.mkdir(parents=True, exist_ok=True)
+            _mount(f"/proc/self/fd/{handle}", str(path), None, MS_BIND | MS_REC)
+            kept = os.statvfs(path).f_flag & ST_KEPT  # flags a user namespace may not drop
+            _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
+            os.close(handle)
+    finally:
+        os.umask(old_umask)
+
+
+def _probe() -> int:
+    """``python -m autograder.isolation``: exit 0 when this process can make its namespaces."""
+    pid = os.fork()
+    if pid == 0:  # in a child, so the probing process itself stays as it was
+        try:
+            enter_namespaces([], [])
+            os._exit(0)
+        except OSError as err:
+            print(f"namespaces: {err}", file=sys.stderr)
+            os._exit(1 if err.errno != errno.ENOSYS else 2)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def probe_report(text: str) -> dict:
+    """The child's probe line (``--probe`` mode), or {} when there is none."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return {}
+    return {}
+
+
+if __name__ == "__main__":
+    sys.exit(_probe())
