@@ -20,3 +20,20 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
+
+# nbgrader's own autograde (and formgrader's Autograde button) compares hidden cases with the reference that
+# `python -m autograder` builds; without one it refuses rather than fail every hidden test.
+try:
+    import functools
+
+    from nbgrader.converters.autograde import Autograde
+
+    from autograder.nbgrader_hooks import RequireReference, use_reference
+
+    c.Autograde.pre_convert_hook = functools.partial(use_reference, root=here)
+    c.Autograde.sanitize_preprocessors = [
+        *Autograde.class_traits()["sanitize_preprocessors"].default(),
+        RequireReference,
+    ]
+except ImportError:  # nbgrader without this course's package: its hidden tests cannot be graded
+    pass

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +27,7 @@ import nbformat
 
 from autograder.course import Course
 from autograder.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
+from autograder.record import write_json_atomic
 from autograder.reference import Reference, build_reference
 from autograder.sandbox import Limits, Sandbox
 
@@ -100,8 +103,8 @@ def run_canary(
     from autograder.pipeline import Job, frameworks_used, run_jobs
     from autograder.samples import filled
 
-    folder = course.work / "canary" / aid
-    folder.mkdir(parents=True, exist_ok=True)
+    (course.work / "canary").mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
     notebooks = {
         "solutions": filled(course, aid),
         "release": nbformat.read(str(course.release_notebook(aid)), as_version=4),
@@ -115,7 +118,10 @@ def run_canary(
                 course.private_folders(), str(path))
         )  # fmt: skip
     results: dict[str, dict] = {}
-    run_jobs(jobs, reference, workers, lambda r: results.__setitem__(r["student_id"], r))
+    try:
+        run_jobs(jobs, reference, workers, lambda r: results.__setitem__(r["student_id"], r))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
@@ -177,9 +183,7 @@ def prove(course: Course, aid: str, limits: Limits, isolation: Isolation, worker
         "isolation": isolation.describe(),
         "scores": {name: f"{r['score']:g}/{r['max_score']:g} {r['status']}" for name, r in results.items()},
     }
-    target = canary_path(course, aid)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(record, indent=1))
+    write_json_atomic(canary_path(course, aid), record)
     if problems:
         raise CanaryFailed(
             f"{aid}: the grader failed its own check, so nothing was graded or recorded:\n  "

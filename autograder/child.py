@@ -109,7 +109,9 @@ def _shows_more_than(path: str, revealed: list[str]) -> bool:
         entries = set(os.listdir(path))
     except OSError:
         return False
-    allowed = {Path(r).relative_to(path).parts[0] for r in revealed if Path(r).is_relative_to(path) and r != path}
+    allowed = {
+        Path(r).relative_to(path).parts[0] for r in revealed if Path(r).is_relative_to(path) and r != path
+    }
     return bool(entries - allowed)
 
 
@@ -141,6 +143,9 @@ def main() -> None:
     parser.add_argument("--memory", type=int)
     parser.add_argument("--cell-timeout", type=float, default=120)
     parser.add_argument("--warm", default="numpy")
+    parser.add_argument(
+        "--threads", type=int, help="torch's intra-op threads (BLAS threads come from the environment)"
+    )
     parser.add_argument("--namespaces", action="store_true", help="own network and mount namespace")
     parser.add_argument("--hide", action="append", default=[], help="a folder the kernel must not see")
     parser.add_argument("--reveal", action="append", default=[], help="a path to show again, read-only")
@@ -170,7 +175,11 @@ def main() -> None:
     started = time.perf_counter()
     with client.setup_kernel(cwd=str(work)):
         timings["kernel_start"] = time.perf_counter() - started
-        warm = nbformat.v4.new_code_cell("\n".join(f"import {name}" for name in args.warm.split(",") if name))
+        modules = [name for name in args.warm.split(",") if name]
+        code = [f"import {name}" for name in modules]
+        if "torch" in modules and args.threads:  # torch caps OMP_NUM_THREADS at the cores; this it keeps
+            code.append(f"torch.set_num_threads({args.threads})")
+        warm = nbformat.v4.new_code_cell("\n".join(code))
         client.nb.cells = [warm]
         started = time.perf_counter()
         client.execute_cell(warm, 0)

@@ -34,7 +34,7 @@ from dlcourse.grading import Case, compare, load_cases
 CELLS_FILE = "cells.json"
 STAMP_FILE = "SOURCE_SHA256"
 CALIBRATION_FILE = "calibration.json"
-CALIBRATION_THREADS = (1, 2, 4)
+CALIBRATION_THREADS = (1, 2, 4)  # and the batch's own thread count, when it is another
 SAFETY_MARGIN = 10.0  # a case's tolerance must be this many times its spread across thread counts
 FINGERPRINT_PACKAGES = (
     "numpy",
@@ -167,7 +167,8 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
     def run(threads: int) -> None:
         runs[threads] = _run_source(course, aid, nb, limits, isolation, threads)
 
-    workers = [threading.Thread(target=run, args=(n,)) for n in CALIBRATION_THREADS]
+    counts = sorted({*CALIBRATION_THREADS, limits.threads})
+    workers = [threading.Thread(target=run, args=(n,)) for n in counts]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -180,7 +181,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
             if problems:
                 raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
             captured[threads] = (cases, values)
-        cases, values = captured[CALIBRATION_THREADS[0]]
+        cases, values = captured[1]
         for case in cases.values():
             if case.cell not in cells:
                 raise ValueError(f"{aid}: case {case.name!r} is recorded outside a graded test cell")
@@ -193,12 +194,12 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:
             raise ReferenceError(
-                f"{aid}: the source's own results differ between {', '.join(map(str, CALIBRATION_THREADS))} "
+                f"{aid}: the source's own results differ between {', '.join(map(str, counts))} "
                 f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
                 f"machine. Widen these cases' rtol/atol in source/{aid}/{aid}.ipynb:\n  "
                 + "\n  ".join(problems)
             )
-        capture = runs[CALIBRATION_THREADS[0]][1].scratch / "capture"
+        capture = runs[1][1].scratch / "capture"
         (capture / CELLS_FILE).write_text(json.dumps(cells, indent=1))
         (capture / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
         (capture / STAMP_FILE).write_text(digest)

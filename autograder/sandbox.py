@@ -125,7 +125,7 @@ class Sandbox:
         child = [
             sys.executable, "-m", "autograder.child", "--scratch", str(self.scratch),
             "--memory", str(self.limits.memory_mb), "--cell-timeout", str(self.limits.cell_timeout),
-            "--warm", ",".join(self.warm),
+            "--warm", ",".join(self.warm), "--threads", str(self.limits.threads),
         ]  # fmt: skip
         if self.uid is not None:
             child += ["--uid", str(self.uid), "--nproc", str(self.limits.nproc)]
@@ -158,19 +158,24 @@ class Sandbox:
         return bwrap + child
 
     def hidden(self) -> list[str]:
-        """Folders the basic mode covers: home folders, this repository, the course and its workspace."""
-        return [str(p) for p in ("/root", "/home", ROOT, *self.private)]
+        """Folders the basic mode covers: home folders, this repository, the course and its workspace, and
+        any folder on the way to the Python environment that the sandbox's user may not enter (a mode 0700
+        /root, say), so that the user reaches exactly the environment and nothing else in there."""
+        hidden = [str(p) for p in ("/root", "/home", ROOT, *self.private)]
+        if self.uid is not None:
+            for path in self._needed():
+                for folder in path.parents:
+                    if folder != Path("/") and not _enterable_by_others(folder):
+                        hidden.append(str(folder))
+        return list(dict.fromkeys(hidden))
+
+    def _needed(self) -> set[Path]:
+        return {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder", self.scratch}
 
     def revealed(self) -> list[str]:
         """What the kernel needs of the hidden folders: the Python environment and the course's code."""
-        needed = {
-            Path(sys.prefix),
-            Path(sys.base_prefix),
-            ROOT / "dlcourse",
-            ROOT / "autograder",
-            self.scratch,
-        }
-        hidden = [Path(p) for p in self.hidden()]
+        needed = self._needed()
+        hidden = [Path(p) for p in ("/root", "/home", ROOT, *self.private)]
         for entry in sys.path:  # site-packages of an environment that reaches into another one
             path = Path(entry)
             if entry and path.is_dir() and not any(h == path or h.is_relative_to(path) for h in hidden):
@@ -346,6 +351,13 @@ class Sandbox:
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None
+
+
+def _enterable_by_others(folder: Path) -> bool:
+    try:
+        return bool(folder.stat().st_mode & 0o001)
+    except OSError:
+        return False
 
 
 def _uid_has_processes(uid: int) -> bool:

@@ -25,25 +25,27 @@ import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 
 from autograder import sandbox
+from autograder.canary import prove
 from autograder.course import ROOT, Course, nbgrader_meta
+from autograder.isolation import resolve
 from autograder.notebooks import execute_notebook
 from autograder.pipeline import grade
-from autograder.reference import build_reference
 from autograder.release import release, run_nbgrader
 from autograder.repair import repair
-from autograder.sandbox import Limits, bubblewrap_cached
+from autograder.sandbox import Limits
 from benchmarks.machine import load_average
 from benchmarks.submissions import HONEST, Submission, make_submissions, write_submissions
 from dlcourse.grading import REFERENCE_ENV
 
-# The benchmark's own reference cache (git-ignored): another session rebuilding the shared cache in
-# .grading/ must not trigger a rebuild inside a timed run.
-REFERENCE_CACHE = ROOT / "benchmarks" / "results" / "tmp" / "reference"
+# The benchmark's own cache of references and canaries (git-ignored), kept between runs: a rebuild must
+# never happen inside a timed run.
+GRADER_CACHE = ROOT / "benchmarks" / "results" / "tmp" / "cache"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 TIMING_KEYS = (
     "repair",
@@ -192,7 +194,7 @@ def execute_bare(course: Course, aid: str, made: list[Submission], reference: Pa
 def autograder_limits(workers: int) -> Limits:
     """The command line's defaults (``python -m autograder grade``), threads split between the workers."""
     cores = os.cpu_count() or 1
-    return Limits(timeout=600, cell_timeout=180, memory_mb=4096, threads=max(1, cores // max(1, workers)))
+    return replace(Limits(), threads=max(1, cores // max(1, workers)))
 
 
 def grade_with_autograder(
@@ -313,14 +315,17 @@ def benchmark_assignment(
 ) -> dict:
     log(f"{aid}: releasing a throwaway course, copying it, generating {count} submissions")
     nbgrader_course = throwaway_course(aid)
-    autograder_course = Course(root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")))
+    autograder_course = Course(
+        root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")), cache_root=GRADER_CACHE
+    )
     # a copy of the released course (release, gradebook and all): the same start, one release paid
     shutil.copytree(nbgrader_course.root, autograder_course.root, dirs_exist_ok=True)
     try:
         made = make_submissions(nbgrader_course, aid, count, quick=quick)
         for course in (nbgrader_course, autograder_course):
             write_submissions(course, aid, made)
-        reference = build_reference(autograder_course, aid)  # built (or found) before anything is timed
+        # the reference and the canary, built (or found) before anything is timed
+        reference = prove(autograder_course, aid, autograder_limits(workers), resolve("auto"), workers)
         log(f"{aid}: reference {reference.directory} ({len(reference.cases)} cases)")
         results: dict = {}
 
@@ -439,11 +444,10 @@ def run_grading(quick: bool = False, workers: int | None = None) -> dict:
     """The grading section of a run (see the module's docstring)."""
     cores = os.cpu_count() or 1
     workers = workers or cores
-    os.environ.setdefault("DLCOURSE_REFERENCE_CACHE", str(REFERENCE_CACHE))
     aids, notes = choose_assignments(Course(), quick)
     count = QUICK_COUNT if quick else FULL_COUNT
     private_uid_range()
-    bubblewrap_cached()  # probed once, before anything is timed
+    resolve("auto")  # probed once, before anything is timed
     per_assignment = [
         benchmark_assignment(
             aid, count, quick, workers, reverse=index % 2 == 1, scaling=index == 0 and not quick

@@ -15,7 +15,7 @@ def load_average() -> list[float]:
 
 
 def describe_machine() -> dict:
-    from autograder.sandbox import bubblewrap_cached, isolation_description
+    from autograder.isolation import resolve
     from dlcourse.measure import cpu_info
 
     cpu = cpu_info()
@@ -35,8 +35,8 @@ def describe_machine() -> dict:
             "nbclient": installed_version("nbclient"),
             "numpy": installed_version("numpy"),
         },
-        "bubblewrap": bubblewrap_cached() is not None,
-        "isolation": isolation_description(True),
+        "bubblewrap": resolve("auto").mode == "bubblewrap",
+        "isolation": resolve("auto").describe(),
         "grader_is_root": os.geteuid() == 0,
         "load_average_start": load_average(),
     }

@@ -1,6 +1,6 @@
 """The autograder end to end on a toy assignment (numpy only, so fast): honest, partial, broken and
 hostile submissions in one batch. Every one gets a result and a reason, and none gets a point it did
-not compute."""
+not compute, in each isolation mode a user may have: bubblewrap, and basic (no bubblewrap)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import pytest
 from autograder.course import Course, nbgrader_meta
 from autograder.export import write_results_csv
 from autograder.feedback import write_feedback
+from autograder.isolation import IsolationError, resolve
 from autograder.pipeline import grade
 from autograder.release import release
 from autograder.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_metadata
-from autograder.sandbox import Limits, bubblewrap_cached
-from tests.fixtures.toy_course import submit
+from autograder.sandbox import Limits
+from tests.fixtures.toy_course import make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=20, memory_mb=2048, nproc=256)
 
@@ -118,10 +119,23 @@ def hostile_batch(course: Course) -> dict[str, tuple[float, set[str]]]:
     return expected
 
 
+@pytest.fixture(params=["bubblewrap", "basic"])
+def isolated_toy(request, tmp_path):
+    """A fresh toy course, and an isolation mode; bubblewrap is skipped (with the reason) where it cannot run."""
+    try:
+        isolation = resolve(request.param)
+    except IsolationError as err:
+        pytest.skip(str(err))
+    course = Course(root=make_course(tmp_path / "course"))
+    release(course, ["T1"])
+    return course, isolation
+
+
 @pytest.mark.slow
-def test_hostile_batch_gets_exactly_the_points_it_computed(toy):
+def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
+    toy, isolation = isolated_toy
     expected = hostile_batch(toy)
-    results = {r["student_id"]: r for r in grade(toy, "T1", workers=2, limits=LIMITS)}
+    results = {r["student_id"]: r for r in grade(toy, "T1", workers=2, limits=LIMITS, isolation=isolation)}
     assert set(results) == set(expected)
     report = {sid: (r["score"], r["status"], r["reason"]) for sid, r in results.items()}
     for sid, (score, statuses) in expected.items():
@@ -146,11 +160,13 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(toy):
     assert any("turned into markdown" in n for n in results["retyped"]["notes"])
     assert any("metadata of test_" in n for n in results["tampered_meta"]["notes"])
     assert any("tamper" in f for f in results["cheater"]["flags"])
-    assert "isolation" in results["perfect"] and results["perfect"]["isolation"]
+    assert results["perfect"]["isolation"] == isolation.describe()
+    assert not results["perfect"]["flags"] and not results["colab"]["flags"]
 
-    # the cheater found neither the source nor the reference, and the feedback shows no test code
+    # the cheater found neither the source nor the reference (where the mode hides them), and the
+    # feedback shows no test code
     executed = (toy.root / "autograded" / "cheater" / "T1" / "T1.ipynb").read_text()
-    if bubblewrap_cached():
+    if isolation.mode == "bubblewrap" or isolation.namespaces:
         assert "found hidden files: []" in executed
     pages = write_feedback(toy, "T1")
     assert len(pages) == len(expected)

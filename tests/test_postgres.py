@@ -1,5 +1,6 @@
 """Several graders share one PostgreSQL gradebook through nbgrader's db_url: tested against a real
-server that this test starts on loopback (CI installs PostgreSQL; skipped with a reason where none runs)."""
+server that this test starts on loopback (CI installs PostgreSQL; skipped with a reason where it is not
+installed, and failed, not skipped, where it is installed but does not start)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def postgres_url():
     as_user: list[str] = []
     if os.geteuid() == 0:  # initdb refuses to run as root
         if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser: cannot start PostgreSQL as its own user")
+            pytest.fail(
+                "running as root without runuser (util-linux): cannot start PostgreSQL as its own user"
+            )
         shutil.chown(data, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
     init = subprocess.run(
@@ -56,7 +59,7 @@ def postgres_url():
         text=True,
     )
     if init.returncode != 0:
-        pytest.skip(f"initdb failed: {init.stderr[-500:]}")
+        pytest.fail(f"PostgreSQL is installed, but initdb failed: {init.stderr[-500:]}")
     port = free_port()
     options = f"-h 127.0.0.1 -p {port} -k {data}"
     start = subprocess.run(
@@ -65,7 +68,7 @@ def postgres_url():
         text=True,
     )
     if start.returncode != 0:
-        pytest.skip(f"PostgreSQL did not start: {start.stderr[-500:]}")
+        pytest.fail(f"PostgreSQL is installed, but did not start: {start.stderr[-500:]}")
     try:
         yield f"postgresql+psycopg2://grader@127.0.0.1:{port}/postgres"
     finally:
