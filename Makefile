@@ -28,7 +28,7 @@ lab: setup
 	@mkdir -p .grading/exchange
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
-## test: lint, then the whole test suite on two workers (one BLAS thread each, so they do not fight over cores)
+## test: lint, then the whole test suite on two workers (one BLAS thread each, for speed only: grades do not depend on it)
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

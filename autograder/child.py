@@ -149,13 +149,14 @@ def main() -> None:
     parser.add_argument("--namespaces", action="store_true", help="own network and mount namespace")
     parser.add_argument("--hide", action="append", default=[], help="a folder the kernel must not see")
     parser.add_argument("--reveal", action="append", default=[], help="a path to show again, read-only")
+    parser.add_argument("--writable", action="append", default=[], help="a path to show again as it is")
     parser.add_argument("--probe", action="store_true", help="report what the kernel would get, and exit")
     args = parser.parse_args()
     if args.namespaces:
         from autograder.isolation import enter_namespaces
 
         try:
-            enter_namespaces(args.hide, args.reveal)
+            enter_namespaces(args.hide, args.reveal, args.writable)
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
             sys.exit(3)

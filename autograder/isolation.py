@@ -7,8 +7,9 @@ Three modes, chosen with ``--isolation``:
                 Refused, with the command that installs it, where bubblewrap is missing or cannot start.
 ``basic``       no bubblewrap. Where Linux namespaces can be made (as root, or through an unprivileged user
                 namespace) each submission gets its own network namespace (no network) and mount namespace
-                (the course directory, the grader's workspace and the home folders are covered by empty
-                folders; the Python environment and the course code are shown again, read-only).
+                (the course directory, the grader's workspace, the home folders and /tmp are covered by
+                empty folders; the Python environment, the course code and the submission's own scratch
+                folder are shown again, the first two read-only).
                 Elsewhere only the resource limits and, as root, a separate user id remain.
 ``auto``        bubblewrap where it works, else basic.
 
@@ -40,6 +41,7 @@ INSTALL_BUBBLEWRAP = "apt-get install bubblewrap (Debian, Ubuntu) or dnf install
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+SHARED_TEMP = ("/tmp", "/var/tmp")  # where other people's (and other graders') files lie readable by all
 ST_KEPT = 2 | 4 | 8 | 1024 | 2048 | 4096  # nosuid, nodev, noexec, noatime, nodiratime, relatime
 
 
@@ -61,7 +63,7 @@ class Isolation:
             ]
         elif self.namespaces:
             parts = [
-                "basic with namespaces (no network; course directory, grader workspace and home folders hidden; "
+                "basic with namespaces (no network; course directory, grader workspace, home folders and /tmp hidden; "
                 "other processes and the rest of the file system visible; install bubblewrap for more)"
             ]
         else:
@@ -159,11 +161,12 @@ def _inside(path: Path, folders: list[Path]) -> bool:
     return any(path == f or path.is_relative_to(f) for f in folders)
 
 
-def enter_namespaces(hide: list[str], reveal: list[str]) -> None:
+def enter_namespaces(hide: list[str], reveal: list[str], writable: list[str] = ()) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
     Every folder in ``hide`` is covered by a small empty tmpfs (a file by ``/dev/null``); every path in
-    ``reveal`` that lies under a hidden folder is shown again at its own place, read-only. As root the
+    ``reveal`` that lies under a hidden folder is shown again at its own place, read-only (those in
+    ``writable``: as they are). As root the
     namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
     Raises OSError when the kernel refuses.
     """
@@ -178,10 +181,12 @@ def enter_namespaces(hide: list[str], reveal: list[str]) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     hidden = [Path(p) for p in sorted(set(hide), key=len) if os.path.lexists(p)]
     hidden = [p for i, p in enumerate(hidden) if not _inside(p, hidden[:i])]  # outermost only
-    shown = [Path(p) for p in sorted(set(reveal)) if os.path.exists(p) and _inside(Path(p), hidden)]
+    shown = [Path(p) for p in sorted({*reveal, *writable}) if os.path.exists(p) and _inside(Path(p), hidden)]
     handles = {p: os.open(p, os.O_PATH) for p in shown}  # still reachable once their parents are covered
     for path in hidden:
-        if path.is_dir():
+        if str(path) in SHARED_TEMP:  # an empty temporary folder of its own, writable as /tmp always is
+            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+        elif path.is_dir():
             _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         else:
             _mount("/dev/null", str(path), None, MS_BIND)
@@ -191,8 +196,9 @@ def enter_namespaces(hide: list[str], reveal: list[str]) -> None:
             if path.is_dir() or not path.exists():
                 path.mkdir(parents=True, exist_ok=True)
             _mount(f"/proc/self/fd/{handle}", str(path), None, MS_BIND | MS_REC)
-            kept = os.statvfs(path).f_flag & ST_KEPT  # flags a user namespace may not drop
-            _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
+            if str(path) not in writable:
+                kept = os.statvfs(path).f_flag & ST_KEPT  # flags a user namespace may not drop
+                _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
             os.close(handle)
     finally:
         os.umask(old_umask)

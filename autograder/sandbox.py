@@ -29,7 +29,7 @@ import nbformat
 
 from autograder.child import READY
 from autograder.course import ROOT
-from autograder.isolation import Isolation, probe_report, resolve
+from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
@@ -131,6 +131,7 @@ class Sandbox:
             child += ["--uid", str(self.uid), "--nproc", str(self.limits.nproc)]
         child += [arg for path in self.hidden() for arg in ("--hide", path)]
         child += [arg for path in self.revealed() for arg in ("--reveal", path)]
+        child += ["--writable", str(self.scratch)]
         if self.isolation.mode != "bubblewrap":
             return child + (["--namespaces"] if self.isolation.namespaces else [])
         bwrap = [
@@ -161,7 +162,7 @@ class Sandbox:
         """Folders the basic mode covers: home folders, this repository, the course and its workspace, and
         any folder on the way to the Python environment that the sandbox's user may not enter (a mode 0700
         /root, say), so that the user reaches exactly the environment and nothing else in there."""
-        hidden = [str(p) for p in ("/root", "/home", ROOT, *self.private)]
+        hidden = [str(p) for p in ("/root", "/home", *SHARED_TEMP, ROOT, *self.private)]
         if self.uid is not None:
             for path in self._needed():
                 for folder in path.parents:

@@ -167,7 +167,13 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
     # feedback shows no test code
     executed = (toy.root / "autograded" / "cheater" / "T1" / "T1.ipynb").read_text()
     if isolation.mode == "bubblewrap" or isolation.namespaces:
-        assert "found hidden files: []" in executed
+        printed = [
+            out.get("text", "")
+            for c in nbformat.reads(executed, as_version=4).cells
+            for out in c.get("outputs", [])
+            if "found hidden files" in out.get("text", "")
+        ]
+        assert printed == ["found hidden files: []\n"], printed
     pages = write_feedback(toy, "T1")
     assert len(pages) == len(expected)
     for page in pages:

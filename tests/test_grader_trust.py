@@ -247,3 +247,54 @@ def test_plain_nbgrader_autograde_finds_the_reference_or_refuses(tmp_path, monke
     submit(broken, "ben", filled(broken, "T1"))
     with pytest.raises(RuntimeError, match="python -m autograder grade T1"):
         run_nbgrader(broken, "autograde", "T1", "--log-level=ERROR")
+
+
+def test_namespaces_as_a_normal_user_hide_the_course_and_cut_the_network():
+    """The basic mode's namespaces where the grader is not root: made inside a user namespace."""
+    import tempfile
+
+    course = Path(tempfile.mkdtemp(prefix="dlcourse-userns-"))
+    try:
+        os.chmod(course, 0o755)
+        (course / "gradebook.db").write_text("secret")
+        (course / "code").mkdir(mode=0o755)
+        (course / "code" / "module.py").write_text("x = 1\n")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a single-threaded child, as the sandbox's own child process is
+            report = {}
+            try:
+                os.close(read)
+                if os.geteuid() == 0:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    # a process that changed its user is not dumpable, which locks its /proc files; a
+                    # grader started as a normal user is (PR_SET_DUMPABLE)
+                    __import__("ctypes").CDLL(None).prctl(4, 1)
+                isolation.enter_namespaces([str(course)], [str(course / "code")])
+                report["listing"] = sorted(os.listdir(course))
+                report["code"] = (course / "code" / "module.py").read_text()
+                report["interfaces"] = sorted(name for _, name in __import__("socket").if_nameindex())
+                try:
+                    (course / "code" / "module.py").write_text("tampered")
+                    report["writable"] = True
+                except OSError:
+                    report["writable"] = False
+            except OSError as err:
+                report["refused"] = str(err)
+            finally:
+                os.write(write, json.dumps(report).encode())
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            report = json.loads(pipe.read())
+        os.waitpid(pid, 0)
+        if "refused" in report:
+            pytest.skip(f"this kernel gives normal users no namespaces: {report['refused']}")
+        assert report == {"listing": ["code"], "code": "x = 1\n", "interfaces": ["lo"], "writable": False}
+        assert (course / "code" / "module.py").read_text() == "x = 1\n"
+    finally:
+        import shutil
+
+        shutil.rmtree(course, ignore_errors=True)
