@@ -7,7 +7,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export TF_CPP_MIN_LOG_LEVEL := 2
 export TF_ENABLE_ONEDNN_OPTS := 0
 
-.PHONY: setup demo lab test test-fast bench bench-quick lint format strip release clean
+.PHONY: setup demo lab test bench bench-quick format strip release doctor clean
 
 ## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
 setup: $(STAMP)
@@ -48,6 +48,10 @@ format: setup
 ## strip: remove outputs from every notebook in git
 strip: setup
 	$(VENV)/bin/nbstripout $$(git ls-files '*.ipynb')
+
+## doctor: what isolation the autograder has here, what is missing, and each assignment's canary
+doctor: setup
+	$(PY) -m autograder doctor
 
 ## release: regenerate the student releases from source/
 release: setup

@@ -13,7 +13,8 @@ c.CourseDirectory.release_directory = "assignments"
 c.CourseDirectory.db_url = os.environ.get(
     "DLCOURSE_DB_URL", "sqlite:///" + os.path.join(here, "gradebook.db")
 )
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".grading"]
+# samples/ holds each assignment's sample submissions (solutions among them): never released
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".grading", "samples"]
 # Formgrader needs a writable exchange even when nobody uses it.
 c.Exchange.root = os.environ.get("DLCOURSE_EXCHANGE", os.path.join(here, ".grading", "exchange"))
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -51,6 +51,7 @@ def probe_isolation(course: Course, limits: Limits, isolation: Isolation) -> dic
     user = f"as uid {report.get('uid')}" if isolation.separate_uid else "as the grader's user"
     if report.get("error") or report.get("python") != "ok":
         cause = report.get("python") or report.get("error", "")
+        cause = "\n  ".join([line for line in cause.strip().splitlines() if line.strip()][-2:])  # a few lines
         hints = []
         if limits.memory_mb < 1024:
             hints.append(
@@ -64,7 +65,7 @@ def probe_isolation(course: Course, limits: Limits, isolation: Isolation) -> dic
             )
         hints = hints or ["run `python -m autograder doctor` for what is in force and what is missing"]
         raise IsolationError(
-            f"the sandbox could not start Python {user} ({isolation.describe()}):\n  {cause.strip()[-900:]}\n"
+            f"the sandbox could not start Python {user} ({isolation.describe()}):\n  {cause[-900:]}\n"
             + "\n".join(f"  fix: {hint}" for hint in hints)
         )
     if isolation.mode == "bubblewrap" or isolation.namespaces:
@@ -85,13 +86,13 @@ def canary_key(reference: Reference, limits: Limits, isolation: Isolation, worke
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def canary_path(course: Course, aid: str) -> Path:
-    return course.cache / "canary" / f"{aid}.json"
+def canary_path(course: Course, aid: str, key: str) -> Path:
+    return course.cache / "canary" / f"{aid}-{key[:20]}.json"
 
 
-def cached_canary(course: Course, aid: str) -> dict | None:
+def cached_canary(course: Course, aid: str, key: str) -> dict | None:
     try:
-        return json.loads(canary_path(course, aid).read_text())
+        return json.loads(canary_path(course, aid, key).read_text())
     except (OSError, ValueError):
         return None
 
@@ -164,14 +165,17 @@ def canary_problems(results: dict[str, dict], limits: Limits) -> list[str]:
     return lines
 
 
-def prove(course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int) -> Reference:
-    """Probe, build the reference, run the canary (or find it passed in the cache); return the reference."""
+def prove(
+    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int
+) -> tuple[Reference, dict]:
+    """Probe, build the reference, run the canary (or find it passed in the cache); return the reference
+    and the canary's record."""
     probe_isolation(course, limits, isolation)
     reference = build_reference(course, aid, limits=limits, isolation=isolation)
     key = canary_key(reference, limits, isolation, workers)
-    cached = cached_canary(course, aid)
+    cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
-        return reference
+        return reference, cached
     started = time.monotonic()
     results = run_canary(course, aid, reference, limits, isolation, workers)
     problems = canary_problems(results, limits)
@@ -183,7 +187,7 @@ def prove(course: Course, aid: str, limits: Limits, isolation: Isolation, worker
         "isolation": isolation.describe(),
         "scores": {name: f"{r['score']:g}/{r['max_score']:g} {r['status']}" for name, r in results.items()},
     }
-    write_json_atomic(canary_path(course, aid), record)
+    write_json_atomic(canary_path(course, aid, key), record)
     if problems:
         raise CanaryFailed(
             f"{aid}: the grader failed its own check, so nothing was graded or recorded:\n  "

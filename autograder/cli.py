@@ -11,15 +11,12 @@ from pathlib import Path
 from autograder.course import Course
 from autograder.sandbox import Limits
 
-SYMBOL = {"graded": "\u2713", "flagged": "!", "timeout": "\u231b", "memory": "M", "processes": "P",
-          "crashed": "\u2717", "unreadable": "\u2717", "error": "E"}  # fmt: skip
-
 
 def status_line(result: dict) -> str:
-    return (
-        f"{SYMBOL.get(result['status'], '?')} {result['student_id']:<20} {result['score']:>6g}/{result['max_score']:<4g} "
-        f"{result['status']:<10} {result['reason'][:90]}"
-    )
+    from autograder.pipeline import STATUS
+
+    symbol = STATUS.get(result["status"], ("?",))[0]
+    return f"{symbol} {result['student_id']:<20} {score_text(result):>11} {result['status']:<10} {result['reason'][:90]}"
 
 
 def grade_table(rows: list[dict]) -> str:
@@ -242,7 +239,7 @@ def run_pipeline(aid: str, submissions: Path, out: Path, args) -> list[dict]:
         out.mkdir(parents=True, exist_ok=True)
         write_results_csv(course, aid, out / "grades.csv")
         write_feedback(course, aid, out / "feedback")
-        shutil.copytree(course.work / "results" / aid, out / "results", dirs_exist_ok=True)
+        shutil.copytree(course.results_dir(aid), out / "results", dirs_exist_ok=True)
     finally:
         shutil.rmtree(course.root, ignore_errors=True)
     return rows
@@ -253,6 +250,12 @@ def cmd_run(args) -> int:
     print(grade_table(rows))
     print(f"grades: {Path(args.out) / 'grades.csv'}; feedback: {Path(args.out) / 'feedback'}")
     return report_errors(rows)
+
+
+def cmd_check(args) -> int:
+    from autograder.conventions import check
+
+    return check(args.course, args.aids or args.course.assignments(), update=args.update)
 
 
 def cmd_doctor(args) -> int:
@@ -344,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_demo)
 
+    p = sub.add_parser("check", help="check assignment sources against the conventions")
+    p.add_argument("aids", nargs="*")
+    p.add_argument("--update", action="store_true", help="then release each one and regenerate its samples")
+    p.set_defaults(func=cmd_check)
+
     p = sub.add_parser(
         "doctor", help="what isolation is in force, what is missing, and each assignment's canary"
     )
@@ -351,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("samples", help="regenerate the sample submissions in autograder/samples/")
+    p = sub.add_parser("samples", help="regenerate the sample submissions in source/<AID>/samples/")
     p.add_argument("aids", nargs="*")
     p.set_defaults(func=cmd_samples)
     return parser

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from autograder.course import Course
@@ -113,11 +113,11 @@ def collect(course: Course, aid: str, source: Path, pattern: str = CANVAS_PATTER
         found.notes[:0] = notes
         collected = {}
         for sid, path in found.students.items():
-            target = course.root / "submitted" / sid / aid
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target / f"{aid}.ipynb")
-            stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-            (target / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
-            collected[sid] = target / f"{aid}.ipynb"
+            target = course.submission(aid, sid)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
+            (target.parent / "timestamp.txt").write_text(stamp.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
+            collected[sid] = target
         found.students = collected
     return found

@@ -45,6 +45,37 @@ class Course:
     def reference_dir(self) -> Path:
         return self.cache / "reference"
 
+    # ----------------------------------------------------------------- one home for each path of the layout
+
+    def submission(self, aid: str, sid: str) -> Path:
+        """Where nbgrader (and ``collect``) keep a student's hand-in."""
+        return self.root / "submitted" / sid / aid / f"{aid}.ipynb"
+
+    def submitted(self, aid: str) -> dict[str, Path]:
+        """Student id -> hand-in, for every student who has handed in ``aid``."""
+        base = self.root / "submitted"
+        paths = sorted(base.glob(f"*/{aid}/{aid}.ipynb")) if base.is_dir() else []
+        return {path.parent.parent.name: path for path in paths}
+
+    def executed(self, aid: str, sid: str) -> Path:
+        """The notebook as the grader ran it, where formgrader looks for it."""
+        return self.root / "autograded" / sid / aid / f"{aid}.ipynb"
+
+    def results_dir(self, aid: str) -> Path:
+        return self.work / "results" / aid
+
+    def result(self, aid: str, sid: str) -> Path:
+        """The grader's record of one submission (JSON), written last: it marks the submission done."""
+        return self.results_dir(aid) / f"{sid}.json"
+
+    def feedback_page(self, aid: str, sid: str) -> Path:
+        return self.root / "feedback" / sid / aid / f"{aid}.html"
+
+    def samples(self, aid: str) -> Path:
+        """The assignment's sample submissions (perfect, partial, ...), kept beside its source; nbgrader
+        leaves them out of releases (``CourseDirectory.ignore``)."""
+        return self.source / aid / "samples"
+
     def private_folders(self) -> tuple[str, ...]:
         """What no student's kernel may see: the course (sources, submissions, gradebook), the grader's
         workspace and its cache."""

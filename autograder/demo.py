@@ -1,7 +1,7 @@
 """``make demo``: release every assignment and grade the bundled sample submissions, sandboxed.
 
 For each assignment it runs the whole pipeline (collect, grade, feedback, export) on the samples in
-``autograder/samples/<AID>/`` in a throwaway workspace, then prints one grade table for the course and
+``source/<AID>/samples/`` in a throwaway workspace, then prints one grade table for the course and
 writes ``<out>/grades.csv`` and ``<out>/<AID>/feedback/<student>.html``.
 """
 
@@ -29,7 +29,7 @@ def demo(out: Path, args) -> int:
     print(f"isolation: {isolation_from(args).describe()}\n")
     rows, refused = [], []
     for aid in course.assignments():
-        samples = course.root / "autograder" / "samples" / aid
+        samples = course.samples(aid)
         if not samples.is_dir():
             print(f"{aid}: no sample submissions in {samples.relative_to(course.root)}; skipped")
             continue

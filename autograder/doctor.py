@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from autograder.canary import cached_canary, probe_isolation, prove
+from autograder.canary import probe_isolation, prove
 from autograder.course import Course
 from autograder.isolation import INSTALL_BUBBLEWRAP, IsolationError, bubblewrap, resolve
 from autograder.reference import environment
@@ -51,8 +51,7 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
             healthy = False
             continue
         try:
-            prove(course, aid, limits, isolation, args.workers)
-            record = cached_canary(course, aid) or {}
+            _, record = prove(course, aid, limits, isolation, args.workers)
             scores = record.get("scores", {})
             print(
                 f"{aid}: canary passed (solutions {scores.get('solutions', 'full marks')}, "

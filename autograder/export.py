@@ -13,7 +13,7 @@ RESULT_COLUMNS = ["student_id", "score", "max_score", "status", "reason"]
 
 
 def results(course: Course, aid: str) -> list[dict]:
-    directory = course.work / "results" / aid
+    directory = course.results_dir(aid)
     found = (
         [load_result(course, aid, p.stem) for p in sorted(directory.glob("*.json"))]
         if directory.is_dir()

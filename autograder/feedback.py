@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course, is_solution, nbgrader_meta
-from autograder.pipeline import STATUS_TEXT
+from autograder.pipeline import STATUS
 from autograder.record import load_result
 
 STYLE = """
@@ -23,7 +23,7 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 
 def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
     """(grade_id, the student's code, its text output) for each answer cell of the run notebook."""
-    path = course.root / "autograded" / sid / aid / f"{aid}.ipynb"
+    path = course.executed(aid, sid)
     try:
         nb = nbformat.read(str(path), as_version=4)
     except Exception:
@@ -61,7 +61,7 @@ def render(course: Course, aid: str, result: dict) -> str:
     return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: feedback for {e(sid)}</title>
 <style>{STYLE}</style></head><body>
 <h1>{e(aid)}: {result["score"]:g} / {result["max_score"]:g}</h1>
-<p>Student: <b>{e(sid)}</b>. Status: {e(STATUS_TEXT.get(result["status"], result["status"]))}. {e(result.get("reason", ""))}</p>
+<p>Student: <b>{e(sid)}</b>. Status: {e(STATUS[result["status"]][1] if result["status"] in STATUS else result["status"])}. {e(result.get("reason", ""))}</p>
 {f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
 <h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
 <h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
@@ -71,13 +71,13 @@ def render(course: Course, aid: str, result: dict) -> str:
 def write_feedback(course: Course, aid: str, out_dir: Path | None = None) -> list[Path]:
     """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student."""
     written = []
-    results_dir = course.work / "results" / aid
+    results_dir = course.results_dir(aid)
     for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
         result = load_result(course, aid, path.stem)
         if not result:
             continue
         if out_dir is None:
-            target = course.root / "feedback" / result["student_id"] / aid / f"{aid}.html"
+            target = course.feedback_page(aid, result["student_id"])
         else:
             target = Path(out_dir) / f"{result['student_id']}.html"
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,7 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
             files[path.relative_to(ROOT).as_posix()] = path
     for folder in (course.source / aid, course.release / aid):
         for path in sorted(folder.rglob("*")):
-            if path.is_file() and ".ipynb_checkpoints" not in path.parts:
+            if path.is_file() and not {".ipynb_checkpoints", "samples"} & set(path.relative_to(folder).parts):
                 files[path.relative_to(course.root).as_posix()] = path
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -98,9 +98,9 @@ def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_pa
         result = {"score": 0.0, "status": "unreadable", "reason": "no .ipynb file was uploaded", "cells": []}
     else:
         release(course, [aid])
-        target = course.root / "submitted" / "student" / aid
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(preferred[0], target / f"{aid}.ipynb")
+        target = course.submission(aid, "student")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(preferred[0], target)
         result = grade(course, aid, workers=1, students=["student"], force=True)[0]
         if result["status"] == "error":  # no results.json: Gradescope shows the run failed, not a zero
             raise RuntimeError(f"grader error, the submission was not graded: {result['reason']}")

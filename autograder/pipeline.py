@@ -33,15 +33,16 @@ from autograder.repair import repair
 from autograder.sandbox import Limits, Sandbox
 from autograder.verify import verify
 
-STATUS_TEXT = {
-    "graded": "graded",
-    "flagged": "graded, flagged for review",
-    "timeout": "stopped at the time limit; graded on what ran",
-    "memory": "stopped at the memory limit; graded on what ran",
-    "processes": "stopped for starting too many processes; graded on what ran",
-    "crashed": "the kernel died; graded on what ran",
-    "unreadable": "could not be read",
-    "error": "grader error: not graded (the grader's failure, not the student's; no score recorded)",
+# Every status a result can have: the symbol of the progress line, and the words of the feedback page.
+STATUS = {
+    "graded": ("\u2713", "graded"),
+    "flagged": ("!", "graded, flagged for review"),
+    "timeout": ("\u231b", "stopped at the time limit; graded on what ran"),
+    "memory": ("M", "stopped at the memory limit; graded on what ran"),
+    "processes": ("P", "stopped for starting too many processes; graded on what ran"),
+    "crashed": ("\u2717", "the kernel died; graded on what ran"),
+    "unreadable": ("\u2717", "could not be read"),
+    "error": ("E", "grader error: not graded (the grader's failure, not the student's; no score recorded)"),
 }
 
 
@@ -80,10 +81,7 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
 
 
 def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
-    base = course.root / "submitted"
-    found = (
-        {p.parent.parent.name: p for p in sorted(base.glob(f"*/{aid}/{aid}.ipynb"))} if base.is_dir() else {}
-    )
+    found = course.submitted(aid)
     if students:
         missing = [s for s in students if s not in found]
         if missing:
@@ -95,7 +93,7 @@ def submissions(course: Course, aid: str, students: list[str] | None = None) -> 
 def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> dict:
     """Grade one submission end to end, never raising: every outcome is a result with a reason."""
     course = Course(Path(job.root), Path(job.workspace))
-    path = Path(job.path) if job.path else course.root / "submitted" / job.sid / job.aid / f"{job.aid}.ipynb"
+    path = Path(job.path) if job.path else course.submission(job.aid, job.sid)
     started = time.monotonic()
     result = {
         "student_id": job.sid,
@@ -197,7 +195,7 @@ def error_result(job: Job, reference: Reference | None, err: Exception) -> dict:
 
 def save_executed(course: Course, job: Job, executed: Path, fallback: nbformat.NotebookNode) -> None:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review."""
-    target = course.root / "autograded" / job.sid / job.aid / f"{job.aid}.ipynb"
+    target = course.executed(job.aid, job.sid)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         if executed.stat().st_size > 32 * 2**20:
@@ -241,7 +239,7 @@ def grade(
             raise RuntimeError(
                 f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
             )
-    reference = prove(course, aid, limits, isolation, workers)
+    reference, _ = prove(course, aid, limits, isolation, workers)
     digest = reference.digest
     todo = [
         sid

@@ -25,7 +25,7 @@ def sha256_file(path: Path) -> str:
 
 
 def result_path(course: Course, aid: str, sid: str) -> Path:
-    return course.work / "results" / aid / f"{sid}.json"
+    return course.result(aid, sid)
 
 
 def write_json_atomic(path: Path, data: dict) -> None:

@@ -94,8 +94,9 @@ def source_digest(course: Course, aid: str) -> str:
     """A hash over everything the reference depends on: the source folder, the grading code, and the
     machine's software and device (:func:`environment`)."""
     digest = hashlib.sha256()
-    for path in sorted(course.source_notebook(aid).parent.rglob("*")):
-        if path.is_file() and ".ipynb_checkpoints" not in path.parts:
+    folder = course.source_notebook(aid).parent
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not {".ipynb_checkpoints", "samples"} & set(path.relative_to(folder).parts):
             digest.update(path.name.encode() + path.read_bytes())
     for name in ("course.py", "reference.py", "child.py"):
         digest.update(Path(__file__).with_name(name).read_bytes())

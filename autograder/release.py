@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import Course
+from autograder.notebooks import QUIET_ENV
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
@@ -16,7 +17,7 @@ def nbgrader_env(course: Course) -> dict[str, str]:
     """Environment for an nbgrader subprocess: this Python's bin/ on PATH (nbgrader runs `alembic`)."""
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(QUIET_ENV)
     env["DLCOURSE_DB_URL"] = course.db_url
     return env
 

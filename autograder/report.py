@@ -24,15 +24,18 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = results(course, aid)
+    everything = results(course, aid)
+    rows = [r for r in everything if r["status"] != "error"]  # a grader error is no score at all
     if not rows:
-        raise RuntimeError(f"no results for {aid} yet: run `python -m autograder grade {aid}`")
+        raise RuntimeError(f"no graded results for {aid} yet: run `python -m autograder grade {aid}`")
     rates = pass_rates(rows)
     width = max(len(k) for k in rates)
     lines = [f"{aid}: {len(rows)} submissions", f"{'test':<{width}}  passed"]
     lines += [f"{k:<{width}}  {p:>3}/{n:<3} {p / n:6.0%}" for k, (p, n) in rates.items()]
     scores = [r["score"] for r in rows]
     lines.append(f"mean score {sum(scores) / len(scores):.1f} / {rows[0]['max_score']:g}")
+    if len(everything) > len(rows):
+        lines.append(f"{len(everything) - len(rows)} submission(s) not graded (grader error): grade again")
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.hist(scores, bins=10, range=(0, rows[0]["max_score"]), color="#4a78b5", edgecolor="white")

@@ -1,6 +1,6 @@
 """Sample submissions made from an assignment's source and release: what students hand in, good and bad.
 
-Used by ``make demo`` (the committed samples in ``autograder/samples/<AID>/``) and by the tests. Each
+Used by ``make demo`` (the committed samples in ``source/<AID>/samples/``) and by the tests. Each
 sample is a transformation of the release, so the samples follow the assignment when it changes:
 ``python -m autograder samples`` rewrites them, and a test checks that the committed ones are current.
 """
@@ -102,7 +102,7 @@ def samples(course: Course, aid: str) -> dict[str, str]:
 
 
 def write_samples(course: Course, aid: str, target: Path | None = None) -> list[Path]:
-    target = target or course.root / "autograder" / "samples" / aid
+    target = target or course.samples(aid)
     target.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in samples(course, aid).items():

@@ -30,6 +30,7 @@ import nbformat
 from autograder.child import READY
 from autograder.course import ROOT
 from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
+from autograder.notebooks import QUIET_ENV
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
@@ -68,7 +69,9 @@ class Limits:
 class Outcome:
     """What came back from one run: plain data only, all of it untrusted."""
 
-    status: str  # "finished", "timeout", "memory", "processes", "crashed"; "error": the grader's failure
+    STATUSES = ("finished", "timeout", "memory", "processes", "crashed", "error")
+
+    status: str  # one of STATUSES; "error" is the grader's failure (no student code ran)
     seconds: float
     scratch: Path
     summary: dict = field(default_factory=dict)
@@ -86,8 +89,7 @@ def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
         "IPYTHONDIR": str(home / "ipython"),
         "MPLCONFIGDIR": str(home / "mpl"),
         "MPLBACKEND": "Agg",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "TF_ENABLE_ONEDNN_OPTS": "0",
+        **QUIET_ENV,
         "PYTHONDONTWRITEBYTECODE": "1",
         "DLCOURSE_CAPTURE": str(scratch / "capture"),
         "DLCOURSE_CACHE": str(home / "cache"),

@@ -160,7 +160,7 @@ def execute_bare(course: Course, aid: str, made: list[Submission], reference: Pa
     errors: dict[str, str] = {}
     try:
         for sub in made:
-            repaired = repair(course, aid, course.root / "submitted" / sub.sid / aid / f"{aid}.ipynb")
+            repaired = repair(course, aid, course.submission(aid, sub.sid))
             if repaired.fatal:  # nothing to run: an unreadable file costs no execution
                 per_submission[sub.sid] = 0.0
                 continue
@@ -258,7 +258,7 @@ def setup_cell_seconds(course: Course, aid: str, rows: list[dict]) -> list[float
     counted in ``child_notebook``, that a pre-warmed kernel could have run before the submission arrived."""
     out = []
     for r in rows:
-        path = course.root / "autograded" / r["student_id"] / aid / f"{aid}.ipynb"
+        path = course.executed(aid, r["student_id"])
         if "sandbox_run" not in r.get("timings", {}) or not path.is_file():
             continue
         nb = nbformat.read(str(path), as_version=4)
@@ -325,7 +325,7 @@ def benchmark_assignment(
         for course in (nbgrader_course, autograder_course):
             write_submissions(course, aid, made)
         # the reference and the canary, built (or found) before anything is timed
-        reference = prove(autograder_course, aid, autograder_limits(workers), resolve("auto"), workers)
+        reference, _ = prove(autograder_course, aid, autograder_limits(workers), resolve("auto"), workers)
         log(f"{aid}: reference {reference.directory} ({len(reference.cases)} cases)")
         results: dict = {}
 

@@ -70,6 +70,6 @@ def make_submissions(
 def write_submissions(course: Course, aid: str, made: list[Submission]) -> None:
     """Lay the submissions out as nbgrader expects: ``submitted/<sid>/<aid>/<aid>.ipynb``."""
     for sub in made:
-        path = course.root / "submitted" / sub.sid / aid / f"{aid}.ipynb"
+        path = course.submission(aid, sub.sid)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(sub.text, encoding="utf-8")

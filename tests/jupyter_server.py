@@ -19,6 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from autograder.notebooks import QUIET_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
@@ -45,9 +47,8 @@ def project_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("DLCOURSE_DB_URL", None)  # a course copy keeps its own SQLite gradebook, never a shared one
     env.update(
+        **QUIET_ENV,
         PATH=str(VENV_BIN) + os.pathsep + env.get("PATH", ""),
-        TF_CPP_MIN_LOG_LEVEL="2",
-        TF_ENABLE_ONEDNN_OPTS="0",
         PYTHONUNBUFFERED="1",
     )
     return env

@@ -12,7 +12,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
+from autograder.conventions import problems
+from autograder.course import Course, is_graded_test, nbgrader_meta
 from autograder.pipeline import grade
 from autograder.reference import build_reference
 from autograder.release import LEAK_MARKERS, release, run_nbgrader
@@ -66,21 +67,26 @@ def test_releases_are_current_and_leak_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("aid", AIDS)
-def test_assignment_structure(aid):
-    nb = MAIN.read_source(aid)
+def test_assignment_meets_the_conventions(aid):
+    assert problems(MAIN, aid) == []
+
+
+def test_the_convention_check_names_what_is_broken(tmp_path):
+    course = course_copy(tmp_path, AIDS[:1])
+    nb = course.read_source(AIDS[0])
     tests = [c for c in nb.cells if is_graded_test(c)]
-    assert sum(nbgrader_meta(c)["points"] for c in tests) == 100
-    assert all("### BEGIN HIDDEN TESTS" in c.source for c in tests), "every graded cell has hidden tests"
-    assert any(is_solution(c) for c in nb.cells)
-    ids = [nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c)]
-    assert len(ids) == len(set(ids))
-    assert "rules" in " ".join(c.source.lower() for c in nb.cells[:3] if c.cell_type == "markdown")
+    nbgrader_meta(tests[0])["points"] += 1
+    tests[1].source = tests[1].source.replace("### BEGIN HIDDEN TESTS", "# hidden tests were here")
+    nbgrader_meta(tests[2])["grade_id"] = nbgrader_meta(tests[3])["grade_id"]
+    nbformat.write(nb, str(course.source_notebook(AIDS[0])))
+    found = "\n".join(problems(course, AIDS[0]))
+    assert "add up to 101" in found and "has no hidden tests" in found and "used more than once" in found
 
 
 @pytest.mark.parametrize("aid", AIDS)
 def test_committed_samples_are_current(aid):
     for name, text in samples(MAIN, aid).items():
-        path = MAIN.root / "autograder" / "samples" / aid / f"{name}.ipynb"
+        path = MAIN.samples(aid) / f"{name}.ipynb"
         assert path.read_text() == text, f"run `python -m autograder samples {aid}`"
 
 
@@ -111,9 +117,8 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     reference = build_reference(course, aid)
     assert reference.max_score == 100
     for name, text in samples(MAIN, aid).items():
-        target = course.root / "submitted" / name / aid
-        target.mkdir(parents=True)
-        (target / f"{aid}.ipynb").write_text(text)
+        course.submission(aid, name).parent.mkdir(parents=True)
+        course.submission(aid, name).write_text(text)
     results = {r["student_id"]: r for r in grade(course, aid, workers=2, isolation=ISOLATION[aid])}
     solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
     solution.mkdir(parents=True)

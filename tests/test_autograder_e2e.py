@@ -165,7 +165,7 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
 
     # the cheater found neither the source nor the reference (where the mode hides them), and the
     # feedback shows no test code
-    executed = (toy.root / "autograded" / "cheater" / "T1" / "T1.ipynb").read_text()
+    executed = toy.executed("T1", "cheater").read_text()
     if isolation.mode == "bubblewrap" or isolation.namespaces:
         printed = [
             out.get("text", "")

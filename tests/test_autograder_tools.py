@@ -40,8 +40,8 @@ def test_collect_from_lms_zip_folders_and_plain_names(toy, tmp_path):
         zf.writestr("notes.txt", "hello")
     found = collect(toy, "T1", archive)
     assert set(found.students) == {"smithjane", "doejohn", "bob", "carol"}
-    assert (toy.root / "submitted" / "smithjane" / "T1" / "T1.ipynb").is_file()
-    assert (toy.root / "submitted" / "carol" / "T1" / "T1.ipynb").read_text() == "not json at all"
+    assert toy.submission("T1", "smithjane").is_file()
+    assert toy.submission("T1", "carol").read_text() == "not json at all"
     text = "\n".join(found.notes)
     assert "unsafe path" in text and "notes.txt" in text and "bob: several notebooks; took T1.ipynb" in text
     for sid in found.students:  # leave the shared toy course as it was

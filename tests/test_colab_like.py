@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder.notebooks import QUIET_ENV
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,8 +135,7 @@ def runtime(tmp_path_factory):
     env.update(
         PATH=os.pathsep.join([str(venv / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]),
         COLAB_RELEASE_TAG="colab-like-test",  # what a Colab runtime sets
-        TF_CPP_MIN_LOG_LEVEL="2",
-        TF_ENABLE_ONEDNN_OPTS="0",
+        **QUIET_ENV,
     )
     return venv / "bin" / "python", env, base
 

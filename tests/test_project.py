@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from dlcourse.runtime import PACKAGE_SPEC, SETUP_CELL
 
@@ -104,3 +104,15 @@ def test_ci_runs_the_readme_test_command():
     commands = re.findall(r"^\s*(make \w+)\s*$", readme.split("##", 1)[0], flags=re.M)
     assert commands[:2] == ["make demo", "make test"]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_links_every_lecture_and_assignment_and_nothing_else(root):
+    readme = (root / "README.md").read_text()
+    linked = set(
+        re.findall(r"colab\.research\.google\.com/github/[^/]+/[^/]+/blob/[^/]+/([^)\s]+\.ipynb)", readme)
+    )
+    notebooks = {p.relative_to(root).as_posix() for p in (root / "lectures").glob("[0-9][0-9]_*.ipynb")}
+    notebooks |= {p.relative_to(root).as_posix() for p in (root / "assignments").glob("*/*.ipynb")}
+    assert linked == notebooks, (
+        f"README's Colab table: missing {notebooks - linked}, stale {linked - notebooks}"
+    )
