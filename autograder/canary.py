@@ -193,4 +193,4 @@ def prove(
             f"{aid}: the grader failed its own check, so nothing was graded or recorded:\n  "
             + "\n  ".join(problems)
         )
-    return reference
+    return reference, record

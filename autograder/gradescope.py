@@ -24,6 +24,8 @@ cd /autograder/source
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --quiet -r requirements.txt
 /autograder/venv/bin/pip install --quiet --no-deps -e .
+# build the reference now (three sandboxed runs of the source), not at each student's upload
+/autograder/venv/bin/python -m autograder reference {aid} || true
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -39,7 +41,7 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
     """Write the zip that an instructor uploads as the assignment's autograder on Gradescope."""
     course.source_notebook(aid)
     files: dict[str, Path | str] = {
-        "setup.sh": SETUP_SH,
+        "setup.sh": SETUP_SH.format(aid=aid),
         "run_autograder": RUN_AUTOGRADER.format(aid=aid),
         # the grader's code and pins come from this project; the assignment from the course
         "requirements.txt": ROOT / "requirements.txt",
