@@ -102,13 +102,13 @@ def run_canary(
 ):
     """Grade the solutions and the untouched release through the students' path: ``{name: result}``."""
     from autograder.pipeline import Job, frameworks_used, run_jobs
-    from autograder.samples import filled
+    from autograder.samples import filled, untouched
 
     (course.work / "canary").mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
     notebooks = {
         "solutions": filled(course, aid),
-        "release": nbformat.read(str(course.release_notebook(aid)), as_version=4),
+        "release": untouched(course, aid),
     }
     jobs = []
     for name, nb in notebooks.items():

@@ -41,6 +41,30 @@ def filled(course: Course, aid: str, answered: set[str] | None = None) -> nbform
     return nb
 
 
+CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader_config.py's ClearSolutions.code_stub
+
+
+def untouched(course: Course, aid: str) -> nbformat.NotebookNode:
+    """The release as nbgrader generates it from the source, whatever has been saved into the release file
+    since (a self-learner works in it): every code answer cell holds its stub again."""
+    nb = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    stubs = {}
+    for cell in course.read_source(aid).cells:
+        if is_solution(cell) and cell.cell_type == "code":
+            stub = (
+                lambda m: "".join(  # noqa: E731  (the stub, at the indentation of its BEGIN line)
+                    m.group(0)[: len(m.group(0)) - len(m.group(0).lstrip())] + line + "\n"
+                    for line in CODE_STUB.splitlines()
+                )
+            )
+            stubs[nbgrader_meta(cell)["grade_id"]] = SOLUTION_BLOCK.sub(stub, cell.source).rstrip("\n")
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id")
+        if is_solution(cell) and gid in stubs:
+            cell.source = stubs[gid]
+    return nb
+
+
 def solution_ids(course: Course, aid: str) -> list[str]:
     return list(_answers(course.read_source(aid)))
 

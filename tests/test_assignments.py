@@ -138,3 +138,19 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     assert plain["partial"] == results["partial"]["score"], (
         "nbgrader and the autograder disagree on an honest partial"
     )
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_canary_release_is_nbgraders_release_even_after_a_student_saved_into_it(aid, tmp_path):
+    from autograder.samples import filled, untouched
+
+    release_text = MAIN.release_notebook(aid).read_text()
+    assert [c.source for c in untouched(MAIN, aid).cells] == [
+        c.source for c in nbformat.reads(release_text, as_version=4).cells
+    ]
+    course = course_copy(tmp_path, [aid])
+    course.release_notebook(aid).parent.mkdir(parents=True)
+    nbformat.write(filled(MAIN, aid), str(course.release_notebook(aid)))  # answers saved into the release
+    assert [c.source for c in untouched(course, aid).cells] == [
+        c.source for c in nbformat.reads(release_text, as_version=4).cells
+    ]
