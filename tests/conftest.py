@@ -23,9 +23,10 @@ def tf():
     return pytest.importorskip("tensorflow")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """A course directory with the toy assignment T1, released (its gradebook knows T1)."""
+    """A course directory with the toy assignment T1, released (its gradebook knows T1): a fresh one for each
+    test module, so no module's results depend on another's."""
     from autograder.course import Course
     from autograder.release import release
     from tests.fixtures.toy_course import make_course
