@@ -27,7 +27,8 @@ def demo(out: Path, args) -> int:
         f"released {len(released)} assignments into assignments/: {', '.join(p.parent.name for p in released)}"
     )
     print(f"isolation: {isolation_from(args).describe()}\n")
-    rows, refused = [], []
+    graded_rows: list[tuple[str, dict]] = []  # (assignment, result)
+    refused = []
     for aid in course.assignments():
         samples = course.samples(aid)
         if not samples.is_dir():
@@ -40,20 +41,18 @@ def demo(out: Path, args) -> int:
             print(f"error: {err}\n", file=sys.stderr)
             refused.append(aid)
             continue
-        rows += [{**row, "student_id": f"{aid}/{row['student_id']}"} for row in graded]
+        graded_rows += [(aid, row) for row in graded]
         print()
+    rows = [{**row, "student_id": f"{aid}/{row['student_id']}"} for aid, row in graded_rows]
     print(grade_table(rows))
-    table = [[r["student_id"].split("/", 1)[0], *result_row(r)[:5]] for r in rows]
-    for row in table:
-        row[1] = row[1].split("/", 1)[1]
-    write_csv(
-        out / "grades.csv", ["assignment", "student_id", "score", "max_score", "status", "reason"], table
-    )
+    header = ["assignment", "student_id", "score", "max_score", "status", "reason"]
+    write_csv(out / "grades.csv", header, [[aid, *result_row(row)[:5]] for aid, row in graded_rows])
     print(
         f"\ngrades: {out / 'grades.csv'}; feedback: {out}/<AID>/feedback/; {time.monotonic() - started:.0f} s in all"
     )
-    if errors_text(rows):
-        print(errors_text(rows), file=sys.stderr)
+    errors = errors_text(rows)
+    if errors:
+        print(errors, file=sys.stderr)
     if refused:
         print(f"NOT graded (the grader failed its own check): {', '.join(refused)}", file=sys.stderr)
-    return 1 if refused or errors_text(rows) else 0
+    return 1 if refused or errors else 0

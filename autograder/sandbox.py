@@ -164,7 +164,7 @@ class Sandbox:
         """Folders the basic mode covers: home folders, this repository, the course and its workspace, and
         any folder on the way to the Python environment that the sandbox's user may not enter (a mode 0700
         /root, say), so that the user reaches exactly the environment and nothing else in there."""
-        hidden = [str(p) for p in ("/root", "/home", *SHARED_TEMP, ROOT, *self.private)]
+        hidden = [str(p) for p in self._covered()]
         if self.uid is not None:
             for path in self._needed():
                 for folder in path.parents:
@@ -172,17 +172,22 @@ class Sandbox:
                         hidden.append(str(folder))
         return list(dict.fromkeys(hidden))
 
+    def _covered(self) -> list[Path]:
+        """Home folders, temporary folders, this repository, the course and its workspace."""
+        return [Path(p) for p in ("/root", "/home", *SHARED_TEMP, ROOT, *self.private)]
+
     def _needed(self) -> set[Path]:
         return {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder", self.scratch}
 
     def revealed(self) -> list[str]:
         """What the kernel needs of the hidden folders: the Python environment and the course's code."""
         needed = self._needed()
-        hidden = [Path(p) for p in ("/root", "/home", ROOT, *self.private)]
-        for entry in sys.path:  # site-packages of an environment that reaches into another one
+        covered = self._covered()
+        for entry in sys.path:  # the site-packages of another environment that this one reaches into
             path = Path(entry)
-            if entry and path.is_dir() and not any(h == path or h.is_relative_to(path) for h in hidden):
-                needed.add(path)
+            if path.name in ("site-packages", "dist-packages") and path.is_dir():
+                if not any(c == path or c.is_relative_to(path) for c in covered):
+                    needed.add(path)
         return sorted(str(p) for p in needed)
 
     def probe(self) -> dict:
