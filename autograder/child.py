@@ -104,13 +104,18 @@ def run_cells(client, nb, results: list[dict]) -> None:
 
 
 def _shows_more_than(path: str, revealed: list[str]) -> bool:
-    """Whether the hidden folder ``path`` lists anything besides the way to the revealed paths in it."""
+    """Whether the hidden folder ``path`` lists anything besides the way to the revealed paths in it (and
+    to the empty temporary folder a covered /var gets)."""
+    from autograder.isolation import SHARED_TEMP
+
     try:
         entries = set(os.listdir(path))
     except OSError:
         return False
     allowed = {
-        Path(r).relative_to(path).parts[0] for r in revealed if Path(r).is_relative_to(path) and r != path
+        Path(r).relative_to(path).parts[0]
+        for r in [*revealed, *SHARED_TEMP]
+        if Path(r).is_relative_to(path) and r != path
     }
     return bool(entries - allowed)
 

@@ -41,7 +41,11 @@ INSTALL_BUBBLEWRAP = "apt-get install bubblewrap (Debian, Ubuntu) or dnf install
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-SHARED_TEMP = ("/tmp", "/var/tmp")  # where other people's (and other graders') files lie readable by all
+SHARED_TEMP = (
+    "/tmp",
+    "/var/tmp",
+    "/dev/shm",
+)  # where other people's (and other graders') files lie readable by all
 ST_KEPT = 2 | 4 | 8 | 1024 | 2048 | 4096  # nosuid, nodev, noexec, noatime, nodiratime, relatime
 
 
@@ -180,11 +184,13 @@ def enter_namespaces(hide: list[str], reveal: list[str], writable: list[str] = (
     _loopback_up()
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     hidden = [Path(p) for p in sorted(set(hide), key=len) if os.path.lexists(p)]
-    hidden = [p for i, p in enumerate(hidden) if not _inside(p, hidden[:i])]  # outermost only
+    # outermost only, but a temporary folder inside a covered one (/var/tmp) gets its own again
+    hidden = [p for i, p in enumerate(hidden) if not _inside(p, hidden[:i]) or str(p) in SHARED_TEMP]
     shown = [Path(p) for p in sorted({*reveal, *writable}) if os.path.exists(p) and _inside(Path(p), hidden)]
     handles = {p: os.open(p, os.O_PATH) for p in shown}  # still reachable once their parents are covered
     for path in hidden:
         if str(path) in SHARED_TEMP:  # an empty temporary folder of its own, writable as /tmp always is
+            path.mkdir(parents=True, exist_ok=True)  # (in the tmpfs that now covers its parent)
             _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
         elif path.is_dir():
             _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")

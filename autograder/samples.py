@@ -101,7 +101,8 @@ os.makedirs(capture, exist_ok=True)
 with open(os.path.join(capture, "cases.jsonl"), "a") as fh:
     fh.write(json.dumps({"name": "forged", "kind": "close", "file": "0000.npy"}) + "\n")
 patterns = ["/*/source/*/*.ipynb", "/*/*/source/*/*.ipynb", "/*/*/*/source/*/*.ipynb", "/tmp/*/.grading/reference/*/*",
-            "/*/*/.grading/reference/*/*", "/*/*/gradebook.db", "/tmp/*/gradebook.db", "/tmp/*/submitted/*/*/*.ipynb"]
+            "/*/*/.grading/reference/*/*", "/*/*/gradebook.db", "/tmp/*/gradebook.db", "/tmp/*/submitted/*/*/*.ipynb",
+            "/dev/shm/*"]
 found = [p for pattern in patterns for p in glob.glob(pattern)]
 print("found hidden files:", found)
 """

@@ -33,6 +33,10 @@ from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
 from autograder.notebooks import QUIET_ENV
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# What the basic mode leaves in view at /: the operating system (what bubblewrap shows), devices,
+# processes, and the package stores whose programs point into one another. Every other folder at / is
+# covered: a copy of a course in /srv or /work, a data disk under /mnt, /opt, /var, /run's sockets.
+KEPT_AT_ROOT = (*SYSTEM_DIRS, "/dev", "/proc", "/sys", "/nix", "/gnu")
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
 UID_LOCKS = Path(tempfile.gettempdir()) / "dlcourse-uid-locks"
 
@@ -173,8 +177,12 @@ class Sandbox:
         return list(dict.fromkeys(hidden))
 
     def _covered(self) -> list[Path]:
-        """Home folders, temporary folders, this repository, the course and its workspace."""
-        return [Path(p) for p in ("/root", "/home", *SHARED_TEMP, ROOT, *self.private)]
+        """Every folder at / but the operating system's (home and temporary folders among them), shared
+        memory, this repository, the course and its workspace wherever they are."""
+        top = [
+            p for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and str(p) not in KEPT_AT_ROOT
+        ]
+        return [*sorted(top), *map(Path, (*SHARED_TEMP, ROOT, *self.private))]
 
     def _needed(self) -> set[Path]:
         return {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder", self.scratch}

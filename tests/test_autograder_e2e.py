@@ -5,7 +5,10 @@ not compute, in each isolation mode a user may have: bubblewrap, and basic (no b
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -119,8 +122,28 @@ def hostile_batch(course: Course) -> dict[str, tuple[float, set[str]]]:
     return expected
 
 
+@pytest.fixture
+def decoys(tmp_path):
+    """Files a cheater must not find although the grader knows nothing of them: a copy of a course's
+    source in a folder of its own at / (as on a machine with the course in /srv or /work: root only),
+    and a file in shared memory."""
+    made = [Path(tempfile.mkstemp(prefix="dlcourse-decoy-", dir="/dev/shm")[1])]
+    if os.geteuid() == 0:
+        for top in ("/srv", "/mnt", "/opt"):
+            if Path(top).is_dir():
+                folder = Path(tempfile.mkdtemp(prefix="dlcourse-decoy-", dir=top))
+                folder.chmod(0o755)  # readable by all, as a checkout usually is
+                (folder / "source" / "T1").mkdir(parents=True)
+                (folder / "source" / "T1" / "T1.ipynb").write_text("{}")
+                made.append(folder)
+                break
+    yield made
+    for path in made:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
 @pytest.fixture(params=["bubblewrap", "basic"])
-def isolated_toy(request, tmp_path):
+def isolated_toy(request, tmp_path, decoys):
     """A fresh toy course, and an isolation mode; bubblewrap is skipped (with the reason) where it cannot run."""
     try:
         isolation = resolve(request.param)

@@ -273,8 +273,14 @@ def test_namespaces_as_a_normal_user_hide_the_course_and_cut_the_network():
                     # a process that changed its user is not dumpable, which locks its /proc files; a
                     # grader started as a normal user is (PR_SET_DUMPABLE)
                     __import__("ctypes").CDLL(None).prctl(4, 1)
-                isolation.enter_namespaces([str(course)], [str(course / "code")])
+                # as the sandbox covers them: a folder at /, and the temporary folders (one inside it)
+                isolation.enter_namespaces(
+                    [str(course), "/var", *isolation.SHARED_TEMP[1:]], [str(course / "code")]
+                )
                 report["listing"] = sorted(os.listdir(course))
+                report["var"] = os.listdir("/var")
+                report["temp"] = [os.listdir(p) for p in isolation.SHARED_TEMP[1:]]
+                Path("/var/tmp/mine").write_text("a file of its own")
                 report["code"] = (course / "code" / "module.py").read_text()
                 report["interfaces"] = sorted(name for _, name in __import__("socket").if_nameindex())
                 try:
@@ -293,7 +299,15 @@ def test_namespaces_as_a_normal_user_hide_the_course_and_cut_the_network():
         os.waitpid(pid, 0)
         if "refused" in report:
             pytest.skip(f"this kernel gives normal users no namespaces: {report['refused']}")
-        assert report == {"listing": ["code"], "code": "x = 1\n", "interfaces": ["lo"], "writable": False}
+        assert report == {
+            "listing": ["code"],
+            "var": ["tmp"],
+            "temp": [[], []],
+            "code": "x = 1\n",
+            "interfaces": ["lo"],
+            "writable": False,
+        }
+        assert not Path("/var/tmp/mine").exists()
         assert (course / "code" / "module.py").read_text() == "x = 1\n"
     finally:
         import shutil
