@@ -29,6 +29,7 @@ from autograder.course import Course
 from autograder.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
 from autograder.record import write_json_atomic
 from autograder.reference import Reference, build_reference
+from autograder.result import Result
 from autograder.sandbox import Limits, Sandbox
 
 _PROBED: dict[tuple, dict] = {}
@@ -118,27 +119,25 @@ def run_canary(
             Job(str(course.root), str(course.work), aid, name, limits, frameworks_used(course, aid), isolation,
                 course.private_folders(), str(path))
         )  # fmt: skip
-    results: dict[str, dict] = {}
+    results: dict[str, Result] = {}
     try:
-        run_jobs(jobs, reference, workers, lambda r: results.__setitem__(r["student_id"], r))
+        run_jobs(jobs, reference, workers, lambda r: results.__setitem__(r.student_id, r))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
-def canary_problems(results: dict[str, dict], limits: Limits) -> list[str]:
+def canary_problems(results: dict[str, Result], limits: Limits) -> list[str]:
     """What the canary's two runs show is wrong, in plain words with the fix; [] when it passed."""
     lines = []
     solutions, release = results["solutions"], results["release"]
-    if solutions["status"] != "graded" or solutions["score"] != solutions["max_score"]:
+    if solutions.status != "graded" or solutions.score != solutions.max_score:
         lines.append(
-            f"the source's own solutions got {solutions['score']:g}/{solutions['max_score']:g} "
-            f"(status {solutions['status']}): {solutions['reason']}"
+            f"the source's own solutions got {solutions.score:g}/{solutions.max_score:g} "
+            f"(status {solutions.status}): {solutions.reason}"
         )
-        lines += [
-            f"  {c['grade_id']}: {c['message']}" for c in solutions.get("cells", []) if not c["passed"]
-        ][:5]
-        lines += [f"  flagged: {flag}" for flag in solutions.get("flags", [])][:3]
+        lines += [f"  {c.grade_id}: {c.message}" for c in solutions.cells if not c.passed][:5]
+        lines += [f"  flagged: {flag}" for flag in solutions.flags][:3]
         fix = {
             "error": "the sandbox could not run a kernel; run `python -m autograder doctor`",
             "crashed": "the kernel died running the solutions; see the detail below",
@@ -148,18 +147,18 @@ def canary_problems(results: dict[str, dict], limits: Limits) -> list[str]:
             "processes": "the solutions start more processes than the sandbox allows",
             "flagged": "a public check passes in the kernel but not when redone outside it: see the flags",
         }.get(
-            solutions["status"],
+            solutions.status,
             "a case depends on the machine or the isolation: fix its tolerance in the source",
         )
         lines.append(f"  fix: {fix}")
-        if solutions.get("detail"):
-            lines.append("  detail: " + solutions["detail"].strip().replace("\n", "\n    ")[-800:])
-    if release["status"] == "error":
-        lines.append(f"the untouched release could not be graded: {release['reason']}")
-    elif release["score"] != 0:
-        passing = [c["grade_id"] for c in release.get("cells", []) if c["passed"]]
+        if solutions.detail:
+            lines.append("  detail: " + solutions.detail.strip().replace("\n", "\n    ")[-800:])
+    if release.is_error:
+        lines.append(f"the untouched release could not be graded: {release.reason}")
+    elif release.score != 0:
+        passing = [c.grade_id for c in release.cells if c.passed]
         lines.append(
-            f"the untouched release got {release['score']:g} points: the tests of {', '.join(passing)} pass "
+            f"the untouched release got {release.score:g} points: the tests of {', '.join(passing)} pass "
             "without an answer (fix: make their hidden cases test the student's code)"
         )
     return lines
@@ -185,7 +184,7 @@ def prove(
         "problems": problems,
         "seconds": round(time.monotonic() - started, 1),
         "isolation": isolation.describe(),
-        "scores": {name: f"{r['score']:g}/{r['max_score']:g} {r['status']}" for name, r in results.items()},
+        "scores": {name: f"{r.score:g}/{r.max_score:g} {r.status}" for name, r in results.items()},
     }
     write_json_atomic(canary_path(course, aid, key), record)
     if problems:

@@ -1,90 +1,15 @@
-"""``python -m autograder``: the command line, which only wires the stages together."""
+"""``python -m autograder``: the command line. It parses arguments and calls the workflows
+(:mod:`autograder.workflows`) and the tools; it holds no grading logic of its own."""
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
+from autograder import workflows
 from autograder.course import Course
 from autograder.sandbox import Limits
-
-
-def status_line(result: dict) -> str:
-    from autograder.pipeline import STATUS
-
-    symbol = STATUS.get(result["status"], ("?",))[0]
-    return f"{symbol} {result['student_id']:<20} {score_text(result):>11} {result['status']:<10} {result['reason'][:90]}"
-
-
-def grade_table(rows: list[dict]) -> str:
-    lines = [f"{'student':<20} {'score':>11}  {'status':<10} reason", "-" * 90]
-    lines += [
-        f"{r['student_id']:<20} {score_text(r):>11}  {r['status']:<10} {r['reason'][:70]}"
-        for r in sorted(rows, key=lambda r: r["student_id"])
-    ]
-    return "\n".join(lines)
-
-
-def score_text(result: dict) -> str:
-    if result["status"] == "error":
-        return "not graded"
-    return f"{result['score']:>6g}/{result['max_score']:<4g}"
-
-
-def errors_text(rows: list[dict]) -> str:
-    """The submissions the grader failed on (never scored): listed at the end, with what to do."""
-    errors = [r for r in rows if r["status"] == "error"]
-    if not errors:
-        return ""
-    lines = [
-        f"{len(errors)} submission(s) NOT graded because of a grader error (no score recorded; run again):"
-    ]
-    lines += [f"  {r['student_id']}: {r['reason'][:150]}" for r in errors]
-    return "\n".join(lines)
-
-
-def limits_from(args) -> Limits:
-    import os
-
-    cores = os.cpu_count() or 1
-    return Limits(
-        timeout=args.timeout,
-        cell_timeout=min(args.cell_timeout, args.timeout),
-        memory_mb=args.memory,
-        threads=max(1, cores // max(1, args.workers)),
-    )
-
-
-def isolation_from(args):
-    from autograder.isolation import resolve
-
-    return resolve(args.isolation)
-
-
-def run_grading(course: Course, aid: str, args, students=None) -> list[dict]:
-    from tqdm import tqdm
-
-    from autograder.pipeline import grade, submissions
-
-    total = len(submissions(course, aid, students))
-    isolation = isolation_from(args)
-    print(f"isolation: {isolation.describe()}")
-    with tqdm(total=total, desc=f"grading {aid}", unit="nb", file=sys.stderr, disable=None) as bar:
-
-        def show(result: dict) -> None:
-            bar.write(status_line(result))
-            bar.update(1)
-
-        rows = grade(course, aid, workers=args.workers, limits=limits_from(args), students=students,
-                     force=args.force, scheduler=args.scheduler, isolation=isolation, on_result=show)  # fmt: skip
-        bar.update(total - bar.n)
-    skipped = total - len(rows)
-    if skipped:
-        print(f"{skipped} submission(s) already graded and unchanged: skipped (use --force to grade again)")
-    return rows
 
 
 def add_grading_options(p: argparse.ArgumentParser) -> None:
@@ -152,18 +77,10 @@ def cmd_collect(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    rows = run_grading(args.course, args.aid, args, args.student or None)
+    rows = workflows.grade_with_progress(args.course, args.aid, args, args.student or None)
     if rows:
-        print(grade_table(rows))
-    return report_errors(rows)
-
-
-def report_errors(rows: list[dict]) -> int:
-    """Exit status of a grading command: 1 while any submission is left with a grader error."""
-    text = errors_text(rows)
-    if text:
-        print(text, file=sys.stderr)
-    return 1 if text else 0
+        print(workflows.grade_table(rows))
+    return workflows.report_errors(rows)
 
 
 def cmd_feedback(args) -> int:
@@ -187,11 +104,24 @@ def cmd_export(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from autograder.report import write_report
+    from autograder.report import page_path, write_report
 
     text, png = write_report(args.course, args.aid, Path(args.out))
     print(text)
     print(f"histogram: {png}")
+    print(f"class report: {page_path(Path(args.out), args.aid)}")
+    return 0
+
+
+def cmd_similarity(args) -> int:
+    from autograder.similarity import THRESHOLD, write_similarity
+
+    threshold = THRESHOLD if args.threshold is None else args.threshold
+    print(f"flagging pairs with a similarity of {threshold:g} or more (--threshold to change)")
+    result, page, table = write_similarity(args.course, args.aid, threshold)
+    for pair in result.flagged:
+        print(f"! {pair.first} & {pair.second}: {pair.score:.2f}")
+    print(f"{len(result.flagged)} of {len(result.pairs)} pairs flagged; report: {page}; all pairs: {table}")
     return 0
 
 
@@ -210,46 +140,12 @@ def cmd_gradescope_run(args) -> int:
     return 0
 
 
-def throwaway_course(main: Course, aids: list[str]) -> Course:
-    """A temporary course directory with the given assignments' sources, released there."""
-    from autograder.release import release
-
-    root = Path(tempfile.mkdtemp(prefix="dlcourse-course-"))
-    shutil.copy(main.root / "nbgrader_config.py", root)
-    for aid in aids:
-        shutil.copytree(main.source_notebook(aid).parent, root / "source" / aid)
-    # never the shared gradebook; references and canaries are cached with the course it copies
-    course = Course(root=root, db="sqlite:///" + str(root / "gradebook.db"), cache_root=main.cache)
-    release(course, aids)
-    return course
-
-
-def run_pipeline(aid: str, submissions: Path, out: Path, args) -> list[dict]:
-    """Collect, grade, feedback and export in a throwaway workspace; keep only ``out``."""
-    from autograder.collect import collect
-    from autograder.export import write_results_csv
-    from autograder.feedback import write_feedback
-
-    course = throwaway_course(args.course, [aid])
-    try:
-        found = collect(course, aid, submissions)
-        for note in found.notes:
-            print(f"note: {note}")
-        rows = run_grading(course, aid, args)
-        out.mkdir(parents=True, exist_ok=True)
-        write_results_csv(course, aid, out / "grades.csv")
-        write_feedback(course, aid, out / "feedback")
-        shutil.copytree(course.results_dir(aid), out / "results", dirs_exist_ok=True)
-    finally:
-        shutil.rmtree(course.root, ignore_errors=True)
-    return rows
-
-
 def cmd_run(args) -> int:
-    rows = run_pipeline(args.aid, Path(args.submissions), Path(args.out), args)
-    print(grade_table(rows))
-    print(f"grades: {Path(args.out) / 'grades.csv'}; feedback: {Path(args.out) / 'feedback'}")
-    return report_errors(rows)
+    out = Path(args.out)
+    rows = workflows.run(args.course, args.aid, Path(args.submissions), out, args)
+    print(workflows.grade_table(rows))
+    print(f"grades: {out / 'grades.csv'}; feedback: {out / 'feedback'}")
+    return workflows.report_errors(rows)
 
 
 def cmd_check(args) -> int:
@@ -265,9 +161,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from autograder.demo import demo
-
-    return demo(Path(args.out), args)
+    return workflows.demo(args.course, Path(args.out), args)
 
 
 def cmd_samples(args) -> int:
@@ -323,6 +217,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("aid")
     p.add_argument("--out", default="reports")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "similarity", help="pairs of submissions whose answers are unusually alike (HTML, CSV)"
+    )
+    p.add_argument("aid")
+    p.add_argument("--threshold", type=float, help="flag pairs at or above this similarity (default 0.5)")
+    p.set_defaults(func=cmd_similarity)
 
     p = sub.add_parser("gradescope", help="build a Gradescope autograder zip")
     p.add_argument("aid")

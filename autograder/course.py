@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +102,27 @@ class Course:
 
     def read_source(self, aid: str) -> nbformat.NotebookNode:
         return nbformat.read(str(self.source_notebook(aid)), as_version=4)
+
+    def copy(
+        self,
+        aids: list[str],
+        root: Path | None = None,
+        prefix: str = "dlcourse-course-",
+        cache_root: Path | None = None,
+    ) -> Course:
+        """A new course at ``root`` (default: a fresh temporary folder) holding the sources of ``aids``
+        (samples included) and this course's nbgrader configuration: the one way a throwaway course is
+        made (``run``, ``demo``, benchmarks, tests). It has its own SQLite gradebook, never this course's
+        (nor ``$DLCOURSE_DB_URL``), and shares this course's cache of references and canaries unless given
+        ``cache_root``. Not yet released: ``autograder.release.release(copy, aids)``."""
+        root = Path(root) if root else Path(tempfile.mkdtemp(prefix=prefix))
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.root / "nbgrader_config.py", root / "nbgrader_config.py")
+        for aid in aids:
+            shutil.copytree(self.source_notebook(aid).parent, root / "source" / aid)
+        return Course(
+            root=root, db="sqlite:///" + str(root / "gradebook.db"), cache_root=cache_root or self.cache
+        )
 
 
 def nbgrader_meta(cell) -> dict:

@@ -9,11 +9,10 @@ from autograder.canary import probe_isolation, prove
 from autograder.course import Course
 from autograder.isolation import INSTALL_BUBBLEWRAP, IsolationError, bubblewrap, resolve
 from autograder.reference import environment
+from autograder.workflows import limits_from
 
 
 def doctor(course: Course, args, aids: list[str] | None = None) -> int:
-    from autograder.cli import limits_from
-
     healthy = True
     print("machine: " + ", ".join(f"{k} {v}" for k, v in environment().items()))
     print(

@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course, is_solution, nbgrader_meta
-from autograder.pipeline import STATUS
-from autograder.record import load_result
+from autograder.record import load_results
+from autograder.result import Result
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
@@ -43,25 +43,25 @@ def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
     return answers
 
 
-def render(course: Course, aid: str, result: dict) -> str:
+def render(course: Course, aid: str, result: Result) -> str:
     e = html.escape
-    sid = result["student_id"]
+    sid = result.student_id
     rows = []
-    for cell in result.get("cells", []):
-        mark = '<span class="pass">passed</span>' if cell["passed"] else '<span class="fail">failed</span>'
+    for cell in result.cells:
+        mark = '<span class="pass">passed</span>' if cell.passed else '<span class="fail">failed</span>'
         rows.append(
-            f"<tr><td>{e(cell['grade_id'])}</td><td>{cell['points']:g} / {cell['max_points']:g}</td>"
-            f"<td>{mark}</td><td>{e(cell.get('message', ''))}</td></tr>"
+            f"<tr><td>{e(cell.grade_id)}</td><td>{cell.points:g} / {cell.max_points:g}</td>"
+            f"<td>{mark}</td><td>{e(cell.message)}</td></tr>"
         )
-    notes = "".join(f"<li>{e(n)}</li>" for n in result.get("notes", []))
+    notes = "".join(f"<li>{e(n)}</li>" for n in result.notes)
     answers = "".join(
         f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
         for gid, code, out in _answers(course, aid, sid)
     )
     return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: feedback for {e(sid)}</title>
 <style>{STYLE}</style></head><body>
-<h1>{e(aid)}: {result["score"]:g} / {result["max_score"]:g}</h1>
-<p>Student: <b>{e(sid)}</b>. Status: {e(STATUS[result["status"]][1] if result["status"] in STATUS else result["status"])}. {e(result.get("reason", ""))}</p>
+<h1>{e(aid)}: {"not graded" if result.is_error else f"{result.score:g} / {result.max_score:g}"}</h1>
+<p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
 {f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
 <h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
 <h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
@@ -71,15 +71,11 @@ def render(course: Course, aid: str, result: dict) -> str:
 def write_feedback(course: Course, aid: str, out_dir: Path | None = None) -> list[Path]:
     """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student."""
     written = []
-    results_dir = course.results_dir(aid)
-    for path in sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []:
-        result = load_result(course, aid, path.stem)
-        if not result:
-            continue
+    for result in load_results(course, aid):
         if out_dir is None:
-            target = course.feedback_page(aid, result["student_id"])
+            target = course.feedback_page(aid, result.student_id)
         else:
-            target = Path(out_dir) / f"{result['student_id']}.html"
+            target = Path(out_dir) / f"{result.student_id}.html"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(render(course, aid, result), encoding="utf-8")
         written.append(target)

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 from autograder.course import ROOT, Course
+from autograder.result import Result
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once when it builds the autograder image (Ubuntu, as root).
@@ -66,23 +67,23 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
     return target
 
 
-def results_json(result: dict) -> dict:
+def results_json(result: Result) -> dict:
     """Gradescope's results format: one test per graded cell; messages visible, test code never sent."""
     tests = [
         {
-            "name": cell["grade_id"],
-            "score": cell["points"],
-            "max_score": cell["max_points"],
-            "status": "passed" if cell["passed"] else "failed",
-            "output": cell.get("message") or "passed",
+            "name": cell.grade_id,
+            "score": cell.points,
+            "max_score": cell.max_points,
+            "status": "passed" if cell.passed else "failed",
+            "output": cell.message or "passed",
             "visibility": "visible",
         }
-        for cell in result.get("cells", [])
+        for cell in result.cells
     ]
-    notes = "\n".join(result.get("notes", []))
+    notes = "\n".join(result.notes)
     return {
-        "score": result["score"],
-        "output": f"{result['status']}: {result['reason']}" + (f"\n{notes}" if notes else ""),
+        "score": result.score,
+        "output": f"{result.status}: {result.reason}" + (f"\n{notes}" if notes else ""),
         "tests": tests,
         "visibility": "visible",
         "stdout_visibility": "hidden",
@@ -97,15 +98,15 @@ def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_pa
     notebooks = sorted(Path(submission_dir).rglob("*.ipynb"))
     preferred = [p for p in notebooks if p.name == f"{aid}.ipynb"] or notebooks
     if not preferred:
-        result = {"score": 0.0, "status": "unreadable", "reason": "no .ipynb file was uploaded", "cells": []}
+        result = Result("student", aid, status="unreadable", reason="no .ipynb file was uploaded")
     else:
         release(course, [aid])
         target = course.submission(aid, "student")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(preferred[0], target)
         result = grade(course, aid, workers=1, students=["student"], force=True)[0]
-        if result["status"] == "error":  # no results.json: Gradescope shows the run failed, not a zero
-            raise RuntimeError(f"grader error, the submission was not graded: {result['reason']}")
+        if result.is_error:  # no results.json: Gradescope shows the run failed, not a zero
+            raise RuntimeError(f"grader error, the submission was not graded: {result.reason}")
     data = results_json(result)
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(data, indent=1))

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import nbformat
 
-# What every non-interactive run sets: quiet TensorFlow.
 # (matplotlib keeps the kernel's inline backend, so figures are recorded as images as in JupyterLab.)
-QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+from dlcourse._lazy import QUIET_ENV
 
 
 @dataclass

@@ -27,23 +27,14 @@ import nbformat
 
 from autograder.course import Course
 from autograder.isolation import Isolation, resolve
-from autograder.record import Recorder, is_current, load_result, result_path, sha256_file, write_json_atomic
+from autograder.record import Recorder, load_result, save_result, sha256_file
 from autograder.reference import Reference
-from autograder.repair import repair
-from autograder.sandbox import Limits, Sandbox
-from autograder.verify import verify
+from autograder.repair import Repaired, repair
+from autograder.result import CellResult, Result
+from autograder.sandbox import Limits, Outcome, Sandbox
+from autograder.verify import Verdict, verify
 
-# Every status a result can have: the symbol of the progress line, and the words of the feedback page.
-STATUS = {
-    "graded": ("\u2713", "graded"),
-    "flagged": ("!", "graded, flagged for review"),
-    "timeout": ("\u231b", "stopped at the time limit; graded on what ran"),
-    "memory": ("M", "stopped at the memory limit; graded on what ran"),
-    "processes": ("P", "stopped for starting too many processes; graded on what ran"),
-    "crashed": ("\u2717", "the kernel died; graded on what ran"),
-    "unreadable": ("\u2717", "could not be read"),
-    "error": ("E", "grader error: not graded (the grader's failure, not the student's; no score recorded)"),
-}
+__all__ = ["STAGES", "Job", "grade", "grade_one", "run_jobs"]
 
 
 @dataclass(frozen=True)
@@ -90,107 +81,141 @@ def submissions(course: Course, aid: str, students: list[str] | None = None) -> 
     return found
 
 
-def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> dict:
-    """Grade one submission end to end, never raising: every outcome is a result with a reason."""
+# ----------------------------------------------------------------------------- one submission's stages
+
+
+@dataclass
+class Grading:
+    """One submission on its way through :data:`STAGES`: what each stage needs and what it left."""
+
+    job: Job
+    reference: Reference
+    course: Course
+    path: Path
+    result: Result
+    sandbox: Sandbox | None = None  # a pre-started child, or None to start one at the run stage
+    repaired: Repaired | None = None
+    outcome: Outcome | None = None
+    verdict: Verdict | None = None
+
+
+def repair_stage(g: Grading) -> bool:
+    """Read the notebook, put back what Colab or an editor damaged; stop with a reason if it is unreadable."""
+    g.result.submission_sha256 = sha256_file(g.path)
+    g.repaired = repair(g.course, g.job.aid, g.path)
+    g.result.notes = g.repaired.notes
+    if g.repaired.fatal:
+        g.result.status, g.result.reason = "unreadable", g.repaired.fatal
+        g.result.cells = [
+            CellResult(gid, 0.0, cell["points"], False, g.repaired.fatal)
+            for gid, cell in g.reference.cells.items()
+        ]
+        return False
+    return True
+
+
+def run_stage(g: Grading) -> bool:
+    """Run the repaired notebook in a sandboxed child (the seam where another runner plugs in)."""
+    if g.sandbox is None:
+        g.sandbox = g.job.sandbox().start()
+    g.outcome = g.sandbox.run(g.repaired.notebook)
+    if g.outcome.status == "error":  # nothing of the student's ran: no verdict, no score
+        g.result.reason = f"grader error: {g.outcome.detail.splitlines()[0]}"
+        g.result.detail = g.outcome.detail[-2000:]
+        return False
+    # as the child measured them (untrusted, for the record only): kernel start and imports happen
+    # before the notebook arrives, overlapped with the previous submission
+    g.result.timings.update({f"child_{k}": v for k, v in g.outcome.summary.get("timings", {}).items()})
+    g.result.seconds_in_sandbox = round(g.outcome.seconds, 2)
+    return True
+
+
+def verify_stage(g: Grading) -> bool:
+    """Decide every point outside the kernel, from the data the run captured."""
+    g.verdict = verify(g.reference, g.outcome.scratch / "capture", g.outcome.summary)
+    g.result.cells = g.verdict.cells
+    g.result.score = g.verdict.score
+    g.result.flags = g.verdict.disagreements + [f"recorded data: {p}" for p in g.verdict.problems]
+    return True
+
+
+def keep_stage(g: Grading) -> bool:
+    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review."""
+    if not g.job.path:  # the canary's notebooks are nobody's
+        save_executed(g.course, g.job, g.outcome.scratch / "executed.ipynb", g.repaired.notebook)
+    return True
+
+
+def status_stage(g: Grading) -> bool:
+    """The status and the one-line reason, from how the run ended and what the verdict found."""
+    result, limits, outcome = g.result, g.job.limits, g.outcome
+    if outcome.status != "finished":
+        stopped = {"timeout": f"the notebook ran past the {limits.timeout:.0f} s limit",
+                   "memory": f"the notebook used more than {limits.memory_mb} MB",
+                   "processes": f"the notebook started more than {limits.processes} processes (a fork bomb?)",
+                   "crashed": "the kernel died or could not start"}[outcome.status]  # fmt: skip
+        result.status, result.reason = outcome.status, f"{stopped}; graded on what ran before"
+        result.detail = outcome.detail[-2000:]
+        return True
+    failed = [c for c in result.cells if not c.passed]
+    if any(c.get("status") == "timeout" for c in outcome.summary.get("cells", [])):
+        result.status = "timeout"
+        result.reason = "a cell ran past the per-cell time limit; graded on what ran before"
+    else:
+        result.status = "flagged" if result.flags else "graded"
+        result.reason = (
+            f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].message}"
+            if failed
+            else "all tests passed"
+        )
+    return True
+
+
+# The stages of one submission, in order; each returns False to stop there (the result says why). The
+# batch around them: collect -> [these, on the workers] -> record (in this process) -> feedback, export
+# (see :mod:`autograder.workflows`).
+STAGES = (
+    ("repair", repair_stage),
+    ("sandbox_run", run_stage),
+    ("verify", verify_stage),
+    ("keep", keep_stage),
+    ("status", status_stage),
+)
+
+
+def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> Result:
+    """Grade one submission through :data:`STAGES`, never raising: every outcome is a result with a reason."""
     course = Course(Path(job.root), Path(job.workspace))
-    path = Path(job.path) if job.path else course.submission(job.aid, job.sid)
+    result = Result(
+        job.sid, job.aid, reference.max_score, isolation=job.isolation.describe(), reference=reference.digest
+    )
+    g = Grading(
+        job, reference, course, Path(job.path) if job.path else course.submission(job.aid, job.sid), result
+    )
+    g.sandbox = sandbox
     started = time.monotonic()
-    result = {
-        "student_id": job.sid,
-        "assignment": job.aid,
-        "score": 0.0,
-        "max_score": reference.max_score,
-        "status": "error",
-        "reason": "",
-        "notes": [],
-        "cells": [],
-        "flags": [],
-        "isolation": job.isolation.describe(),
-        "reference": reference.digest,
-    }
-    own_sandbox = sandbox is None
     try:
-        result["submission_sha256"] = sha256_file(path)
-        t0 = time.perf_counter()
-        repaired = repair(course, job.aid, path)
-        timings = {"repair": time.perf_counter() - t0}
-        result["timings"] = timings
-        result["notes"] = repaired.notes
-        if repaired.fatal:
-            result.update(status="unreadable", reason=repaired.fatal)
-            result["cells"] = [
-                {
-                    "grade_id": g,
-                    "points": 0.0,
-                    "max_points": c["points"],
-                    "passed": False,
-                    "message": repaired.fatal,
-                }
-                for g, c in reference.cells.items()
-            ]
-            return result
-        if sandbox is None:
-            sandbox = job.sandbox().start()
-        t0 = time.perf_counter()
-        outcome = sandbox.run(repaired.notebook)
-        timings["sandbox_run"] = time.perf_counter() - t0
-        if outcome.status == "error":  # nothing of the student's ran: no verdict, no score
-            result.update(
-                reason=f"grader error: {outcome.detail.splitlines()[0]}", detail=outcome.detail[-2000:]
-            )
-            return result
-        # as the child measured them (untrusted, for the record only): kernel start and imports happen
-        # before the notebook arrives, overlapped with the previous submission
-        timings.update({f"child_{k}": v for k, v in outcome.summary.get("timings", {}).items()})
-        t0 = time.perf_counter()
-        verdict = verify(reference, outcome.scratch / "capture", outcome.summary)
-        timings["verify"] = time.perf_counter() - t0
-        if not job.path:
-            save_executed(course, job, outcome.scratch / "executed.ipynb", repaired.notebook)
-        result["cells"] = [vars(c) for c in verdict.cells]
-        result["score"] = verdict.score
-        result["flags"] = verdict.disagreements + [f"recorded data: {p}" for p in verdict.problems]
-        result["seconds_in_sandbox"] = round(outcome.seconds, 2)
-        if outcome.status != "finished":
-            result["status"] = outcome.status
-            stopped = {"timeout": f"the notebook ran past the {job.limits.timeout:.0f} s limit",
-                       "memory": f"the notebook used more than {job.limits.memory_mb} MB",
-                       "processes": f"the notebook started more than {job.limits.processes} processes (a fork bomb?)",
-                       "crashed": "the kernel died or could not start"}[outcome.status]  # fmt: skip
-            result["reason"] = f"{stopped}; graded on what ran before"
-            result["detail"] = outcome.detail[-2000:]  # the child's last lines, for the instructor
-        else:
-            result["status"] = "flagged" if result["flags"] else "graded"
-            stopped_cell = next(
-                (c for c in outcome.summary.get("cells", []) if c.get("status") == "timeout"), None
-            )
-            failed = [c for c in verdict.cells if not c.passed]
-            if stopped_cell:
-                result["status"] = "timeout"
-                result["reason"] = "a cell ran past the per-cell time limit; graded on what ran before"
-            elif not failed:
-                result["reason"] = "all tests passed"
-            else:
-                result["reason"] = (
-                    f"{len(failed)} of {len(verdict.cells)} tests failed; first: {failed[0].message}"
-                )
+        for name, stage in STAGES:
+            t0 = time.perf_counter()
+            go_on = stage(g)
+            result.timings[name] = time.perf_counter() - t0
+            if not go_on:
+                break
     except Exception as err:  # a grader bug must not stop the batch, and must be visible
-        result.update(status="error", reason=f"grader error: {type(err).__name__}: {err}")
-        result["traceback"] = traceback.format_exc()[-4000:]
+        result.status, result.reason = "error", f"grader error: {type(err).__name__}: {err}"
+        result.traceback = traceback.format_exc()[-4000:]
     finally:
-        if own_sandbox and sandbox is not None:
-            sandbox.cleanup()
-        result["seconds"] = round(time.monotonic() - started, 2)
+        if sandbox is None and g.sandbox is not None:
+            g.sandbox.cleanup()
+        result.seconds = round(time.monotonic() - started, 2)
     return result
 
 
-def error_result(job: Job, reference: Reference | None, err: Exception) -> dict:
-    return {
-        "student_id": job.sid, "assignment": job.aid, "score": 0.0,
-        "max_score": reference.max_score if reference else 0.0,
-        "status": "error", "reason": f"grader error: {type(err).__name__}: {err}", "notes": [], "cells": [],
-        "flags": [], "isolation": "", "reference": "", "submission_sha256": "",
-    }  # fmt: skip
+def error_result(job: Job, reference: Reference | None, err: Exception) -> Result:
+    return Result(
+        job.sid, job.aid, reference.max_score if reference else 0.0, status="error",
+        reason=f"grader error: {type(err).__name__}: {err}",
+    )  # fmt: skip
 
 
 def save_executed(course: Course, job: Job, executed: Path, fallback: nbformat.NotebookNode) -> None:
@@ -206,7 +231,7 @@ def save_executed(course: Course, job: Job, executed: Path, fallback: nbformat.N
     nbformat.write(nb, str(target))
 
 
-def _dask_grade(job: Job) -> dict:
+def _dask_grade(job: Job) -> Result:
     from autograder.reference import load_reference
 
     course = Course(Path(job.root), Path(job.workspace))
@@ -222,8 +247,8 @@ def grade(
     force: bool = False,
     scheduler: str | None = None,
     isolation: str | Isolation = "auto",
-    on_result: Callable[[dict], None] | None = None,
-) -> list[dict]:
+    on_result: Callable[[Result], None] | None = None,
+) -> list[Result]:
     """Grade every submission of ``aid`` that has no current result; return all results of this run.
 
     Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
@@ -244,22 +269,22 @@ def grade(
     todo = [
         sid
         for sid, path in found.items()
-        if force or not is_current(load_result(course, aid, sid), sha256_file(path), digest)
+        if force or not _is_current(load_result(course, aid, sid), sha256_file(path), digest)
     ]
     warm = frameworks_used(course, aid)
     private = course.private_folders()
     jobs = [
         Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private) for sid in todo
     ]
-    results: list[dict] = []
+    results: list[Result] = []
     with Recorder(course.db_url) as recorder:
 
-        def finish(result: dict) -> None:
+        def finish(result: Result) -> None:
             t0 = time.perf_counter()
-            if result["status"] != "error":  # the grader's failure is never a student's score
+            if not result.is_error:  # the grader's failure is never a student's score
                 recorder.record(aid, result)  # gradebook first, then the result file that marks it done
-            result.setdefault("timings", {})["record"] = time.perf_counter() - t0
-            write_json_atomic(result_path(course, aid, result["student_id"]), result)
+            result.timings["record"] = time.perf_counter() - t0
+            save_result(course, result)
             results.append(result)
             if on_result:
                 on_result(result)
@@ -271,23 +296,27 @@ def grade(
     return results
 
 
-def grade_with_retry(job: Job, reference: Reference, sandbox: Sandbox | None) -> dict:
+def _is_current(result: Result | None, submission_sha: str, digest: str) -> bool:
+    return result is not None and result.is_current(submission_sha, digest)
+
+
+def grade_with_retry(job: Job, reference: Reference, sandbox: Sandbox | None) -> Result:
     """Grade once; a grader error (the student's code never ran, or the run was lost) gets one more try
     in a fresh sandbox."""
     result = grade_one(job, reference, sandbox)
-    if result["status"] == "error":
-        first = result["reason"]
+    if result.is_error:
+        first = result.reason
         result = grade_one(job, reference)
-        result["notes"] = [*result.get("notes", []), f"graded a second time after a grader error: {first}"]
+        result.notes = [*result.notes, f"graded a second time after a grader error: {first}"]
     return result
 
 
-def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callable[[dict], None]) -> None:
+def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callable[[Result], None]) -> None:
     """Grade ``jobs`` on ``workers`` local worker threads; ``finish`` gets each result in this thread."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
-    done: queue.Queue[dict] = queue.Queue()
+    done: queue.Queue[Result] = queue.Queue()
 
     def worker(slot: int) -> None:
         ready: Sandbox | None = None
@@ -320,7 +349,7 @@ def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callab
 
 
 def _grade_on_dask(
-    scheduler: str, jobs: list[Job], reference: Reference, finish: Callable[[dict], None]
+    scheduler: str, jobs: list[Job], reference: Reference, finish: Callable[[Result], None]
 ) -> None:
     """Each job on a Dask worker; a lost worker or a grader error is tried once more, then an ``error``."""
     from distributed import Client, as_completed
@@ -334,7 +363,7 @@ def _grade_on_dask(
                 result = future.result()
             except Exception as err:  # the worker died or the task could not run
                 result = error_result(job, reference, err)
-            if result["status"] == "error" and tries == 0:
+            if result.is_error and tries == 0:
                 again = client.submit(_dask_grade, job, pure=False)
                 futures[again] = (job, 1)
                 pool.add(again)

@@ -18,14 +18,11 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course
+from autograder.result import Result
 
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def result_path(course: Course, aid: str, sid: str) -> Path:
-    return course.result(aid, sid)
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -38,20 +35,28 @@ def write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def load_result(course: Course, aid: str, sid: str) -> dict | None:
+def load_result(course: Course, aid: str, sid: str) -> Result | None:
+    """The stored result of one submission, or None when there is none (or it cannot be read)."""
     try:
-        return json.loads(result_path(course, aid, sid).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Result.from_dict(json.loads(course.result(aid, sid).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
         return None
 
 
-def is_current(result: dict | None, submission_sha: str, reference_digest: str) -> bool:
-    return (
-        bool(result)
-        and result.get("status") != "error"  # a grader error is graded again on the next run
-        and result.get("submission_sha256") == submission_sha
-        and result.get("reference") == reference_digest
+def load_results(course: Course, aid: str) -> list[Result]:
+    """Every stored result of ``aid``, by student id."""
+    folder = course.results_dir(aid)
+    found = (
+        [load_result(course, aid, p.stem) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
     )
+    return [r for r in found if r]
+
+
+def save_result(course: Course, result: Result) -> Path:
+    """Written last and atomically: its presence marks the submission as done."""
+    path = course.result(result.assignment, result.student_id)
+    write_json_atomic(path, result.to_dict())
+    return path
 
 
 class Recorder:
@@ -76,9 +81,11 @@ class Recorder:
         except MissingEntry:
             return False
 
-    def record(self, aid: str, result: dict) -> None:
+    def record(self, aid: str, result: Result) -> None:
         """Write one submission's automatic scores; manual scores already given are kept."""
-        gb, sid = self.gradebook, result["student_id"]
+        if result.is_error:
+            raise ValueError(f"{result.student_id}: a grader error is never recorded as a score")
+        gb, sid = self.gradebook, result.student_id
         gb.update_or_create_student(sid)
         try:
             submission = gb.find_submission(aid, sid)
@@ -87,7 +94,7 @@ class Recorder:
                 # nbgrader's add_submission builds rows in a way SQLAlchemy 2 warns about; the rows are written.
                 warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
                 submission = gb.add_submission(aid, sid)
-        points = {cell["grade_id"]: cell["points"] for cell in result.get("cells", [])}
+        points = {cell.grade_id: cell.points for cell in result.cells}
         for notebook in submission.notebooks:  # the submission's grade rows, loaded together
             for grade in notebook.grades:
                 grade.auto_score = points.get(grade.name, 0.0)

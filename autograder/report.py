@@ -1,19 +1,29 @@
-"""A class report: pass rate per test and a histogram of scores (PNG), from the recorded results."""
+"""A class report, from the recorded results: pass rate per test and a histogram of scores (text and PNG),
+and one HTML page per assignment for the instructor: the histogram, which case failed most in each test
+and with what message, time per submission, the isolation in force, grader errors, flagged submissions
+with their reasons, and a link to each student's feedback page."""
 
 from __future__ import annotations
 
+import base64
+import csv
+import html
+import os
+from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
 from autograder.course import Course
-from autograder.export import results
+from autograder.record import load_results
+from autograder.result import Result
 
 
-def pass_rates(rows: list[dict]) -> dict[str, tuple[int, int]]:
+def pass_rates(rows: list[Result]) -> dict[str, tuple[int, int]]:
     rates: dict[str, list[int]] = {}
     for r in rows:
-        for cell in r.get("cells", []):
-            counts = rates.setdefault(cell["grade_id"], [0, 0])
-            counts[0] += bool(cell["passed"])
+        for cell in r.cells:
+            counts = rates.setdefault(cell.grade_id, [0, 0])
+            counts[0] += bool(cell.passed)
             counts[1] += 1
     return {k: (v[0], v[1]) for k, v in rates.items()}
 
@@ -24,23 +34,24 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    everything = results(course, aid)
-    rows = [r for r in everything if r["status"] != "error"]  # a grader error is no score at all
+    everything = load_results(course, aid)
+    rows = [r for r in everything if not r.is_error]  # a grader error is no score at all
     if not rows:
         raise RuntimeError(f"no graded results for {aid} yet: run `python -m autograder grade {aid}`")
     rates = pass_rates(rows)
     width = max(len(k) for k in rates)
     lines = [f"{aid}: {len(rows)} submissions", f"{'test':<{width}}  passed"]
     lines += [f"{k:<{width}}  {p:>3}/{n:<3} {p / n:6.0%}" for k, (p, n) in rates.items()]
-    scores = [r["score"] for r in rows]
-    lines.append(f"mean score {sum(scores) / len(scores):.1f} / {rows[0]['max_score']:g}")
+    scores = [r.score for r in rows]
+    lines.append(f"mean score {sum(scores) / len(scores):.1f} / {rows[0].max_score:g}")
     if len(everything) > len(rows):
         lines.append(f"{len(everything) - len(rows)} submission(s) not graded (grader error): grade again")
     out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(scores, bins=10, range=(0, rows[0]["max_score"]), color="#4a78b5", edgecolor="white")
+    ax.hist(scores, bins=10, range=(0, rows[0].max_score), color="#4a78b5", edgecolor="white")
     ax.set_xlabel("score")
     ax.set_ylabel("submissions")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"{aid}: scores of {len(rows)} submissions")
     fig.tight_layout()
     png = out_dir / f"{aid}-scores.png"
@@ -48,4 +59,133 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     plt.close(fig)
     text = "\n".join(lines)
     (out_dir / f"{aid}-report.txt").write_text(text + "\n")
+    page = render(course, aid, everything, png.read_bytes(), out_dir.resolve())
+    page_path(out_dir, aid).write_text(page, encoding="utf-8")
     return text, png
+
+
+def page_path(out_dir: Path, aid: str) -> Path:
+    return out_dir / f"{aid}-report.html"
+
+
+def case_names(course: Course, aid: str) -> dict[str, bool]:
+    """Case name -> whether it is public, from the reference the results were decided against (empty
+    when there is none to read)."""
+    from dlcourse.grading import load_cases
+
+    try:
+        cases, _, _ = load_cases(course.reference_dir / aid)
+    except Exception:  # no reference built here (results copied in from elsewhere): names only
+        return {}
+    return {name: case.public for name, case in cases.items()}
+
+
+def failed_cases(rows: list[Result], known: dict[str, bool]) -> dict[str, list[tuple[str, int, str]]]:
+    """Test -> [(case, failures, a message it failed with)], most failures first. A failed test records
+    the first case that failed, and its message starts with that case's name."""
+    found: dict[str, Counter] = {}
+    messages: dict[tuple[str, str], Counter] = {}
+    for r in rows:
+        for cell in r.cells:
+            if cell.passed:
+                continue
+            name = cell.message.split(":", 1)[0] if ":" in cell.message else ""
+            if (known and name not in known) or " " in name:
+                name = ""
+            found.setdefault(cell.grade_id, Counter())[name] += 1
+            messages.setdefault((cell.grade_id, name), Counter())[cell.message] += 1
+    return {
+        gid: [(name, n, messages[gid, name].most_common(1)[0][0]) for name, n in counts.most_common()]
+        for gid, counts in found.items()
+    }
+
+
+def flagged_pairs(course: Course, aid: str) -> list[dict]:
+    """The pairs that ``python -m autograder similarity`` flagged, when it has been run."""
+    table = course.root / "reports" / aid / "similarity.csv"
+    if not table.is_file():
+        return []
+    with open(table, newline="", encoding="utf-8") as fh:
+        return [row for row in csv.DictReader(fh) if row["flagged"] == "1"]
+
+
+def relative(target: Path, out_dir: Path) -> str:
+    """A link from a page in ``out_dir`` to ``target``, which stays valid when both move together."""
+    return quote(Path(os.path.relpath(target.resolve(), out_dir)).as_posix())
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;padding:.35rem;text-align:left;vertical-align:top}
+.fail{color:#b00020}.num{text-align:right;white-space:nowrap}.note{background:#fff8e1;padding:.5rem;border-left:4px solid #f0b400}
+"""
+
+
+def render(course: Course, aid: str, everything: list[Result], png: bytes, out_dir: Path) -> str:
+    """The instructor's page for ``aid``; links to feedback pages are relative to ``out_dir``."""
+    e = html.escape
+    rows = [r for r in everything if not r.is_error]
+    errors = [r for r in everything if r.is_error]
+    known = case_names(course, aid)
+    failures = failed_cases(rows, known)
+    tests = []
+    for gid, (passed, n) in pass_rates(rows).items():
+        worst = failures.get(gid, [])
+        if worst:
+            name, count, message = worst[0]
+            kind = "" if name not in known else (" (public)" if known[name] else " (hidden)")
+            case = f"<b>{e(name or 'the test cell')}</b>{kind}: {count} of {n - passed} failures<br><span class=fail>{e(message)}</span>"
+        else:
+            case = ""
+        tests.append(
+            f"<tr><td>{e(gid)}</td><td class=num>{passed} / {n}</td><td class=num>{passed / n:.0%}</td><td>{case}</td></tr>"
+        )
+    students = []
+    for r in sorted(everything, key=lambda r: r.student_id):
+        feedback = course.feedback_page(aid, r.student_id)
+        if feedback.is_file():
+            link = f'<a href="{relative(feedback, out_dir)}">feedback</a>'
+        else:
+            link = "not written yet"
+        sandbox = "" if r.seconds_in_sandbox is None else f"{r.seconds_in_sandbox:.1f}"
+        students.append(
+            f"<tr><td>{e(r.student_id)}</td><td class=num>{e(r.score_text())}</td><td>{e(r.status_words)}</td>"
+            f"<td>{e(r.reason)}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td>{link}</td></tr>"
+        )
+    isolation = "".join(
+        f"<li>{e(mode or 'not recorded')}: {n} submission(s)</li>"
+        for mode, n in Counter(r.isolation for r in everything).most_common()
+    )
+    flagged = "".join(
+        f"<li><b>{e(r.student_id)}</b>: {'; '.join(e(f) for f in r.flags) or e(r.reason)}</li>"
+        for r in rows
+        if r.status == "flagged"
+    )
+    similar = "".join(
+        f"<li><b>{e(p['student_a'])}</b> &amp; <b>{e(p['student_b'])}</b>: answers alike (similarity {e(p['similarity'])})</li>"
+        for p in flagged_pairs(course, aid)
+    )
+    if similar:
+        href = relative(course.root / "reports" / aid / "similarity.html", out_dir)
+        similar += f'<li><a href="{href}">the similarity report</a></li>'
+    grader_errors = "".join(f"<li><b>{e(r.student_id)}</b>: {e(r.reason)}</li>" for r in errors)
+    scores = [r.score for r in rows]
+    mean = f"{sum(scores) / len(scores):.1f} / {rows[0].max_score:g}" if rows else "none"
+    image = base64.b64encode(png).decode("ascii")
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: class report</title>
+<style>{STYLE}</style></head><body>
+<h1>{e(aid)}: class report</h1>
+<p>{len(rows)} submission(s) graded, mean score {mean}; {len(errors)} not graded because of a grader error.</p>
+<img alt="histogram of scores" src="data:image/png;base64,{image}">
+<h2>Tests</h2>
+<table><tr><th>test</th><th>passed</th><th>rate</th><th>the case that failed most, and its message</th></tr>{"".join(tests)}</table>
+<h2>Flagged for review</h2>
+{f"<ul>{flagged}{similar}</ul>" if flagged or similar else "<p>Nothing flagged.</p>"}
+<h2>Grader errors</h2>
+{f'<div class="note"><p>Not graded, no score recorded: grade again.</p><ul>{grader_errors}</ul></div>' if errors else "<p>None.</p>"}
+<h2>Isolation in force</h2><ul>{isolation}</ul>
+<h2>Submissions</h2>
+<p>Seconds: the whole grading of a submission, and its notebook's run in the sandbox. Memory per submission is not
+recorded (the sandbox enforces the limit and stops a notebook past it, with the status saying so).</p>
+<table><tr><th>student</th><th>score</th><th>status</th><th>reason</th><th>seconds</th><th>in sandbox</th><th></th></tr>{"".join(students)}</table>
+</body></html>"""

@@ -12,21 +12,12 @@ The trusted verdict always stands.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.reference import Reference
+from autograder.result import CellResult
 from dlcourse.grading import Case, compare, load_cases, load_expected
-
-
-@dataclass
-class CellResult:
-    grade_id: str
-    points: float
-    max_points: float
-    passed: bool
-    message: str
-    kernel_verdict: str  # "passed", "failed", "not run"
 
 
 @dataclass
@@ -42,9 +33,6 @@ class Verdict:
     @property
     def max_score(self) -> float:
         return sum(c.max_points for c in self.cells)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def kernel_verdicts(summary: dict) -> dict[str, dict]:

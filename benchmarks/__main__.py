@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import traceback
 from pathlib import Path
+
+from dlcourse._lazy import quiet
 
 HERE = Path(__file__).resolve().parent
 
@@ -72,8 +73,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    quiet()
     from benchmarks.report import write_report
 
     failed = False

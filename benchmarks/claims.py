@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from dlcourse import measure
+from dlcourse.data import D_IN, D_OUT, H, N, two_layer_data, two_layer_loss
 from dlcourse.measure import Timing, time_it
-
-N, D_IN, H, D_OUT = 64, 1000, 100, 10  # the course's running example
 
 
 def timing(t: Timing) -> dict:
@@ -36,9 +35,7 @@ def skipped(name: str, title: str, reason: str) -> dict:
 
 
 def running_example(dtype=np.float32) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(0)
-    shapes = ((N, D_IN), (N, D_OUT), (D_IN, H), (H, D_OUT))
-    return tuple(rng.standard_normal(s).astype(dtype) for s in shapes)
+    return two_layer_data(dtype=dtype)
 
 
 def numpy_vs_torch(quick: bool) -> dict:
@@ -74,7 +71,7 @@ def numpy_vs_torch(quick: bool) -> dict:
     aw1, aw2 = w1.clone().requires_grad_(), w2.clone().requires_grad_()
 
     def autograd_step():
-        loss = (x.mm(aw1).clamp(min=0).mm(aw2) - y).pow(2).sum()
+        loss = two_layer_loss(x, y, aw1, aw2)
         loss.backward()
         with torch.no_grad():
             for w in (aw1, aw2):
@@ -149,14 +146,14 @@ def static_graphs(quick: bool) -> dict:
     n = 2**16 if quick else 2**22
     a, b = torch.randn(n), torch.randn(n)
 
-    def two_layer_loss(x, y, w1, w2):
-        return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
-
     def sin_cos(a, b):
         return torch.sin(a) + torch.cos(b)
 
+    def scriptable_loss(x, y, w1, w2):  # dlcourse.data.two_layer_loss, in the subset TorchScript compiles
+        return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+
     workloads = {
-        "two-layer loss": (two_layer_loss, (x, y, w1, w2)),
+        "two-layer loss": (scriptable_loss, (x, y, w1, w2)),
         f"sin(a) + cos(b), n = 2**{n.bit_length() - 1}": (sin_cos, (a, b)),
     }
     rows, ratios, first_calls = [], {}, {}
@@ -190,9 +187,9 @@ def tf_function(quick: bool) -> dict:
         return skipped(
             "tf_function", title, "--quick: TensorFlow not imported (its import alone takes seconds)"
         )
-    import os
+    from dlcourse._lazy import quiet
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet()
     import keras
     import tensorflow as tf
 

@@ -108,10 +108,7 @@ def choose_assignments(course: Course, quick: bool) -> tuple[list[str], list[str
 
 def throwaway_course(aid: str) -> Course:
     """A temporary course directory holding ``aid``'s source, released there (as the CLI's ``run`` makes them)."""
-    root = Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-"))
-    shutil.copy(ROOT / "nbgrader_config.py", root)
-    shutil.copytree(Course().source_notebook(aid).parent, root / "source" / aid)
-    course = Course(root=root)
+    course = Course().copy([aid], prefix=f"bench-course-{aid}-", cache_root=GRADER_CACHE)
     release(course, [aid])
     return course
 
@@ -205,7 +202,9 @@ def grade_with_autograder(
         course, aid, workers=workers, limits=autograder_limits(workers), students=students, force=True
     )
     seconds = time.perf_counter() - start
-    return way(len(rows), seconds, workers=workers), rows
+    return way(len(rows), seconds, workers=workers), [
+        r.to_dict() for r in rows
+    ]  # as the results file records it
 
 
 def median(values: list[float]) -> float | None:

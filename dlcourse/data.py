@@ -111,6 +111,19 @@ def two_layer_data(
     return x, y, w1, w2
 
 
+def two_layer_loss(x, y, w1, w2, reduction: str = "sum"):
+    """The running example's loss, the one definition the checks and benchmarks share: squared error of
+    ``relu(x @ w1) @ w2`` against ``y``, summed (the lectures' loss) or averaged (``reduction="mean"``,
+    ``mse_loss``'s). Works on numpy arrays (returns a numpy float) and on torch tensors (returns a tensor
+    that autograd can differentiate)."""
+    h = x @ w1
+    error = (h * (h > 0)) @ w2 - y
+    squared = error * error
+    if reduction not in ("sum", "mean"):
+        raise ValueError(f"reduction must be 'sum' or 'mean', not {reduction!r}")
+    return squared.sum() if reduction == "sum" else squared.mean()
+
+
 def cache_dir() -> Path:
     """Where downloads are kept: ``$DLCOURSE_CACHE`` or ``~/.cache/dlcourse``."""
     return Path(os.environ.get("DLCOURSE_CACHE", Path.home() / ".cache" / "dlcourse"))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from dlcourse._lazy import quiet
+
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+quiet()
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,8 @@ AIDS = MAIN.assignments()
 
 
 def course_copy(tmp: Path, aids: list[str]) -> Course:
-    shutil.copy(MAIN.root / "nbgrader_config.py", tmp / "nbgrader_config.py")
-    for aid in aids:
-        shutil.copytree(MAIN.source / aid, tmp / "source" / aid)
-    return Course(root=tmp)
+    """A copy of the course with a cold cache of its own: nothing a previous test built is reused."""
+    return MAIN.copy(aids, tmp, cache_root=tmp / ".grading" / "cache")
 
 
 def test_every_assignment_is_released():
@@ -119,23 +117,23 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     for name, text in samples(MAIN, aid).items():
         course.submission(aid, name).parent.mkdir(parents=True)
         course.submission(aid, name).write_text(text)
-    results = {r["student_id"]: r for r in grade(course, aid, workers=2, isolation=ISOLATION[aid])}
+    results = {r.student_id: r for r in grade(course, aid, workers=2, isolation=ISOLATION[aid])}
     solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
     solution.mkdir(parents=True)
     shutil.copy(MAIN.source_notebook(aid), solution / f"{aid}.ipynb")
-    summary = {sid: (r["score"], r["status"], r["reason"][:120]) for sid, r in results.items()}
-    assert results["perfect"]["score"] == 100, summary
-    assert results["colab"]["score"] == 100, summary
-    assert any("found by its content" in note for note in results["colab"]["notes"])
-    assert results["blank"]["score"] == 0, summary
-    assert results["broken"]["score"] == 0 and results["broken"]["status"] == "unreadable"
-    assert results["cheater"]["score"] == 0 and results["cheater"]["status"] == "flagged", summary
-    assert 0 < results["partial"]["score"] < 100, summary
+    summary = {sid: (r.score, r.status, r.reason[:120]) for sid, r in results.items()}
+    assert results["perfect"].score == 100, summary
+    assert results["colab"].score == 100, summary
+    assert any("found by its content" in note for note in results["colab"].notes)
+    assert results["blank"].score == 0, summary
+    assert results["broken"].score == 0 and results["broken"].status == "unreadable"
+    assert results["cheater"].score == 0 and results["cheater"].status == "flagged", summary
+    assert 0 < results["partial"].score < 100, summary
 
-    assert not results["perfect"]["flags"] and not results["colab"]["flags"], summary
+    assert not results["perfect"].flags and not results["colab"].flags, summary
     plain = nbgrader_scores(course, aid, ["solution", "partial"])
     assert plain["solution"] == 100, "the source must earn full marks from nbgrader's own autograde"
-    assert plain["partial"] == results["partial"]["score"], (
+    assert plain["partial"] == results["partial"].score, (
         "nbgrader and the autograder disagree on an honest partial"
     )
 

@@ -158,33 +158,33 @@ def isolated_toy(request, tmp_path, decoys):
 def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
     toy, isolation = isolated_toy
     expected = hostile_batch(toy)
-    results = {r["student_id"]: r for r in grade(toy, "T1", workers=2, limits=LIMITS, isolation=isolation)}
+    results = {r.student_id: r for r in grade(toy, "T1", workers=2, limits=LIMITS, isolation=isolation)}
     assert set(results) == set(expected)
-    report = {sid: (r["score"], r["status"], r["reason"]) for sid, r in results.items()}
+    report = {sid: (r.score, r.status, r.reason) for sid, r in results.items()}
     for sid, (score, statuses) in expected.items():
         r = results[sid]
-        assert r["score"] in (score if isinstance(score, set) else {score}), (
+        assert r.score in (score if isinstance(score, set) else {score}), (
             sid,
             report[sid],
-            r.get("traceback"),
+            r.traceback,
         )
-        assert r["status"] in statuses, (sid, report[sid])
-        assert r["reason"], sid
-        assert r["max_score"] == 100
+        assert r.status in statuses, (sid, report[sid])
+        assert r.reason, sid
+        assert r.max_score == 100
 
     # clear reasons
-    assert "empty" in results["empty"]["reason"]
-    assert "stopped with NotImplementedError (this part is not answered yet)" in results["blank"]["reason"]
-    assert "stopped with NotImplementedError" in results["partial"]["reason"]
-    assert "invalid JSON" in results["badjson"]["reason"]
-    assert "format 99" in results["nbformat99"]["reason"]
-    assert any("found by its content" in n for n in results["colab"]["notes"])
-    assert any("more than once" in n for n in results["duplicated"]["notes"])
-    assert any("turned into markdown" in n for n in results["retyped"]["notes"])
-    assert any("metadata of test_" in n for n in results["tampered_meta"]["notes"])
-    assert any("tamper" in f for f in results["cheater"]["flags"])
-    assert results["perfect"]["isolation"] == isolation.describe()
-    assert not results["perfect"]["flags"] and not results["colab"]["flags"]
+    assert "empty" in results["empty"].reason
+    assert "stopped with NotImplementedError (this part is not answered yet)" in results["blank"].reason
+    assert "stopped with NotImplementedError" in results["partial"].reason
+    assert "invalid JSON" in results["badjson"].reason
+    assert "format 99" in results["nbformat99"].reason
+    assert any("found by its content" in n for n in results["colab"].notes)
+    assert any("more than once" in n for n in results["duplicated"].notes)
+    assert any("turned into markdown" in n for n in results["retyped"].notes)
+    assert any("metadata of test_" in n for n in results["tampered_meta"].notes)
+    assert any("tamper" in f for f in results["cheater"].flags)
+    assert results["perfect"].isolation == isolation.describe()
+    assert not results["perfect"].flags and not results["colab"].flags
 
     # the cheater found neither the source nor the reference (where the mode hides them), and the
     # feedback shows no test code
@@ -217,12 +217,12 @@ def test_grading_is_resumable_and_idempotent(toy):
     for sid in ("r1", "r2"):
         submit(toy, sid, filled(toy, "T1"))
     first = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
-    assert {r["student_id"]: r["score"] for r in first} == {"r1": 100, "r2": 100}
+    assert {r.student_id: r.score for r in first} == {"r1": 100, "r2": 100}
     again = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
     assert again == []  # nothing changed: nothing graded twice
     submit(toy, "r2", filled(toy, "T1", {"scale"}))  # a resubmission is graded again
     changed = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
-    assert [(r["student_id"], r["score"]) for r in changed] == [("r2", 60)]
+    assert [(r.student_id, r.score) for r in changed] == [("r2", 60)]
     from nbgrader.api import Gradebook
 
     with Gradebook(toy.db_url) as gb:
@@ -248,8 +248,6 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
 
     from nbgrader.api import Gradebook
 
-    from autograder.record import result_path
-
     students = [f"k{i}" for i in range(4)]
     for sid in students:
         submit(toy, sid, filled(toy, "T1"))
@@ -270,24 +268,22 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
     grader = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
-    first = result_path(toy, "T1", students[0])
+    first = toy.result("T1", students[0])
     deadline = time.monotonic() + 180
-    while not any(result_path(toy, "T1", s).exists() for s in students) and time.monotonic() < deadline:
+    while not any(toy.result("T1", s).exists() for s in students) and time.monotonic() < deadline:
         time.sleep(0.2)
     os.killpg(grader.pid, signal.SIGKILL)  # mid-batch, without warning
     grader.wait()
     done_before = {
-        s: result_path(toy, "T1", s).stat().st_mtime_ns
-        for s in students
-        if result_path(toy, "T1", s).exists()
+        s: toy.result("T1", s).stat().st_mtime_ns for s in students if toy.result("T1", s).exists()
     }
     assert done_before and len(done_before) < len(students), "the kill should land mid-batch"
     assert first.exists() or done_before
 
     rest = grade(toy, "T1", workers=2, limits=LIMITS, students=students)
-    assert sorted(r["student_id"] for r in rest) == sorted(set(students) - set(done_before))
+    assert sorted(r.student_id for r in rest) == sorted(set(students) - set(done_before))
     for sid, mtime in done_before.items():
-        assert result_path(toy, "T1", sid).stat().st_mtime_ns == mtime  # not graded again
+        assert toy.result("T1", sid).stat().st_mtime_ns == mtime  # not graded again
     with Gradebook(toy.db_url) as gb:
         rows = [s for s in gb.find_assignment("T1").submissions if s.student.id in students]
         assert sorted(s.student.id for s in rows) == students and all(s.score == 100 for s in rows)

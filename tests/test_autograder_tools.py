@@ -91,10 +91,10 @@ def test_exports_report_and_gradescope(toy, tmp_path):
     submit(toy, "eve", filled(toy, "T1"))
     submit(toy, "fay", filled(toy, "T1", {"square"}))
     results = {
-        r["student_id"]: r
+        r.student_id: r
         for r in grade(toy, "T1", workers=2, limits=LIMITS, students=["eve", "fay"], force=True)
     }
-    assert results["fay"]["score"] == 40
+    assert results["fay"].score == 40
 
     canvas = list(csv.reader(open(export_canvas(toy, tmp_path / "canvas.csv", ["T1"]))))
     assert (
@@ -147,7 +147,7 @@ if __name__ == "__main__":
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         rows = grade(course, "T1", students=["dask1", "dask2"], force=True, scheduler=cluster.scheduler_address,
                      limits=Limits(timeout=60, cell_timeout=20, memory_mb=2048))
-    print(json.dumps({r["student_id"]: r["score"] for r in rows}))
+    print(json.dumps({r.student_id: r.score for r in rows}))
 """
 
 
@@ -166,7 +166,7 @@ def test_grading_on_a_dask_cluster_gives_the_same_results(toy, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     on_dask = json.loads(done.stdout.strip().splitlines()[-1])
     local = {
-        r["student_id"]: r["score"]
+        r.student_id: r.score
         for r in grade(toy, "T1", students=["dask1", "dask2"], force=True, limits=LIMITS)
     }
     assert on_dask == local == {"dask1": 100, "dask2": 60}

@@ -2,7 +2,8 @@
 
 A self-learner runs lecture 6 top to bottom and plays with its learning-rate widget; a student fills in
 an answer in assignment 1, saves, and hands the file in to the autograder; an instructor opens
-formgrader. Each step leaves a screenshot in tests/artifacts/browser/ for a person to look at.
+formgrader, and reads the class report of a graded toy assignment. Each step leaves a screenshot in
+tests/artifacts/browser/ for a person to look at.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from autograder.collect import collect
 from autograder.course import Course, nbgrader_meta
 from autograder.pipeline import grade
 from autograder.release import release
+from autograder.samples import filled
 from tests.jupyter_server import CHROMIUM_ARGS, JupyterLab, copy_course, find_chromium
 
 pytestmark = pytest.mark.browser
@@ -225,15 +227,15 @@ def test_student_fills_an_answer_saves_and_the_autograder_grades_it(lab, course,
     shutil.copy(notebook, handin / "student1.ipynb")
     assert set(collect(course, "A1", handin).students) == {"student1"}
     [result] = grade(course, "A1", workers=1)
-    points = {c["grade_id"]: (c["passed"], c["points"], c["max_points"]) for c in result["cells"]}
+    points = {c.grade_id: (c.passed, c.points, c.max_points) for c in result.cells}
     assert RELU_TESTS < set(points)
     for grade_id, (passed, got, worth) in points.items():
         if grade_id in RELU_TESTS:
             assert passed and got == worth > 0, (grade_id, points[grade_id])
         else:
             assert not passed and got == 0, (grade_id, points[grade_id])
-    assert result["score"] == sum(points[g][2] for g in RELU_TESTS)
-    assert result["status"] == "graded", result["reason"]
+    assert result.score == sum(points[g][2] for g in RELU_TESTS)
+    assert result.status == "graded", result.reason
 
 
 def test_instructor_sees_the_assignments_in_formgrader(lab, course, page):
@@ -247,3 +249,46 @@ def test_instructor_sees_the_assignments_in_formgrader(lab, course, page):
     assert rows.filter(has_text="A1").locator("td.preview a").get_attribute("href").endswith("assignments/A1")
     assert page.locator("#warning-exchange").count() == 0, "formgrader says the exchange is not usable"
     shot(page, "formgrader-1-assignments")
+
+
+def test_instructor_reads_the_class_report_and_follows_a_feedback_link(toy, page):
+    from playwright.sync_api import expect
+
+    from autograder.feedback import write_feedback
+    from autograder.report import page_path, write_report
+    from autograder.samples import samples
+    from tests.fixtures.toy_course import submit
+
+    # bea's and ben's scale pass the public 1-D case and fail the hidden 2-D one; the cheater is flagged
+    ben = filled(toy, "T1")
+    for cell in ben.cells:
+        if nbgrader_meta(cell).get("grade_id") == "scale":
+            cell.source = cell.source.replace("return x * factor", "return x * factor if x.ndim == 1 else x")
+    submit(toy, "ada", filled(toy, "T1"))
+    submit(toy, "bea", ben)
+    submit(toy, "ben", ben)
+    submit(toy, "cheat", samples(toy, "T1")["cheater"])
+    results = {r.student_id: r for r in grade(toy, "T1", workers=2, force=True)}
+    statuses = {sid: r.status for sid, r in results.items()}
+    assert statuses == {"ada": "graded", "bea": "graded", "ben": "graded", "cheat": "flagged"}
+    write_feedback(toy, "T1")
+    write_report(toy, "T1", toy.root / "reports")
+
+    page.goto(page_path(toy.root / "reports", "T1").resolve().as_uri())
+    expect(page.get_by_role("heading", name="T1: class report")).to_be_visible()
+    histogram = page.get_by_alt_text("histogram of scores")
+    assert histogram.evaluate("img => img.naturalWidth") > 100
+    scale = page.locator("tr", has_text="test_scale").first
+    # of its three failures, two are the hidden case (bea, ben), shown with the message they got
+    message = results["ben"].cells[1].message
+    assert message.startswith("t1.scale.random:")
+    expect(scale).to_contain_text("t1.scale.random (hidden): 2 of 3 failures")
+    expect(scale).to_contain_text(message)
+    flagged = page.locator("li", has_text="cheat")
+    expect(flagged).to_contain_text("tamper")
+    shot(page, "report-1-class-report")
+
+    page.locator("tr", has_text="ben").get_by_role("link", name="feedback").click()
+    expect(page.locator("p", has_text="Student:")).to_contain_text("Student: ben")
+    expect(page.locator("tr", has_text="test_scale")).to_contain_text("t1.scale.random")
+    shot(page, "report-2-feedback-of-ben")

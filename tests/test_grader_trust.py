@@ -15,7 +15,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import canary, cli, isolation
+from autograder import canary, cli, isolation, workflows
 from autograder.canary import CanaryFailed
 from autograder.course import Course, nbgrader_meta
 from autograder.export import write_results_csv
@@ -168,7 +168,7 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
     course = toy_course(tmp_path)
     submit(course, "ada", filled(course, "T1"))
     first = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic")
-    assert [(r["student_id"], r["score"]) for r in first] == [("ada", 100)]
+    assert [(r.student_id, r.score) for r in first] == [("ada", 100)]
 
     # A second batch: the canary is cached (not run again), then every kernel fails to start.
     ran = []
@@ -177,10 +177,10 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
     submit(course, "ben", filled(course, "T1", {"square"}))
     rows = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic", force=True)
     assert ran == []
-    assert {r["student_id"]: r["status"] for r in rows} == {"ada": "error", "ben": "error"}
-    assert all("grader error: the sandbox's kernel did not start" in r["reason"] for r in rows)
-    assert all(any("graded a second time" in n for n in r["notes"]) for r in rows)
-    assert cli.report_errors(rows) == 1 and "NOT graded" in cli.errors_text(rows)
+    assert {r.student_id: r.status for r in rows} == {"ada": "error", "ben": "error"}
+    assert all("grader error: the sandbox's kernel did not start" in r.reason for r in rows)
+    assert all(any("graded a second time" in n for n in r.notes) for r in rows)
+    assert workflows.report_errors(rows) == 1 and "NOT graded" in workflows.errors_text(rows)
     table = {
         r["student_id"]: r for r in csv.DictReader(open(write_results_csv(course, "T1", tmp_path / "g.csv")))
     }
@@ -192,7 +192,7 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
 
     monkeypatch.undo()  # the grader works again: the errors are graded on the next run, nothing else
     again = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic")
-    assert {r["student_id"]: (r["score"], r["status"]) for r in again} == {
+    assert {r.student_id: (r.score, r.status) for r in again} == {
         "ada": (100, "graded"),
         "ben": (40, "graded"),
     }
@@ -225,7 +225,7 @@ def test_basic_mode_as_root_runs_python_from_a_private_directory(tmp_path, monke
     basic = resolve("basic")
     if basic.namespaces:  # the sandbox user reaches the interpreter through its own mount namespace
         rows = grade(course, "T1", workers=1, limits=LIMITS, isolation=basic)
-        assert [(r["student_id"], r["score"], r["status"]) for r in rows] == [("ada", 100, "graded")]
+        assert [(r.student_id, r.score, r.status) for r in rows] == [("ada", 100, "graded")]
     # Without namespaces the unprivileged user cannot reach that Python: refused up front, with the fix.
     bare = isolation.Isolation("basic", namespaces=False, separate_uid=True)
     with pytest.raises(IsolationError, match="cannot reach this Python .* install bubblewrap"):

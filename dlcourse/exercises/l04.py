@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlcourse.data import two_layer_data, two_layer_loss
 from dlcourse.gradients import numeric_gradient
 from dlcourse.selfcheck import Checker
 
@@ -16,17 +17,11 @@ _N, _D_IN, _H, _D_OUT = 8, 6, 5, 3
 
 
 def _problem(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((_N, _D_IN))
-    y = rng.standard_normal((_N, _D_OUT))
-    w1 = rng.standard_normal((_D_IN, _H))
-    w2 = rng.standard_normal((_H, _D_OUT))
-    return x, y, w1, w2
+    return two_layer_data(_N, _D_IN, _H, _D_OUT, seed=seed)
 
 
 def _loss(x, y, w1, w2) -> float:
-    """The running example's loss: sum of squared errors of relu(x w1) w2."""
-    return float(np.sum((np.maximum(x @ w1, 0) @ w2 - y) ** 2))
+    return float(two_layer_loss(x, y, w1, w2))
 
 
 def _numeric_gradients(x, y, w1, w2) -> tuple[np.ndarray, np.ndarray]:

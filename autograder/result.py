@@ -1,0 +1,108 @@
+"""One submission's result: the typed record that every stage after the run shares (record, feedback,
+export, report, Gradescope, the canary), and the one table of statuses.
+
+A result is plain data: it is written as JSON beside the gradebook (``Course.result``) and read back as
+the same object, so nothing downstream builds or re-parses dictionaries of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+# Every status a result can have: the symbol of the progress line, and the words of the feedback page.
+STATUS = {
+    "graded": ("\u2713", "graded"),
+    "flagged": ("!", "graded, flagged for review"),
+    "timeout": ("\u231b", "stopped at the time limit; graded on what ran"),
+    "memory": ("M", "stopped at the memory limit; graded on what ran"),
+    "processes": ("P", "stopped for starting too many processes; graded on what ran"),
+    "crashed": ("\u2717", "the kernel died; graded on what ran"),
+    "unreadable": ("\u2717", "could not be read"),
+    "error": ("E", "grader error: not graded (the grader's failure, not the student's; no score recorded)"),
+}
+
+
+@dataclass
+class CellResult:
+    """One graded test cell: the points it earned, and why."""
+
+    grade_id: str
+    points: float
+    max_points: float
+    passed: bool
+    message: str = ""
+    kernel_verdict: str = "not run"  # "passed", "failed", "not run": the kernel's own (untrusted) view
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CellResult:
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class Result:
+    """What grading one submission came to. ``status`` is a key of :data:`STATUS`; ``error`` is the
+    grader's own failure: no student code ran, so there is no score (exported empty, never recorded)."""
+
+    student_id: str
+    assignment: str
+    max_score: float = 0.0
+    score: float = 0.0
+    status: str = "error"
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)  # about the notebook (repairs), shown to the student
+    cells: list[CellResult] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # for the instructor's review
+    isolation: str = ""
+    reference: str = ""  # digest of the reference it was decided against
+    submission_sha256: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    seconds_in_sandbox: float | None = None
+    detail: str = ""  # the child's last lines, for the instructor
+    traceback: str = ""  # a grader bug's traceback
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUS:
+            raise ValueError(f"unknown status {self.status!r}")
+
+    @property
+    def is_error(self) -> bool:
+        return self.status == "error"
+
+    @property
+    def symbol(self) -> str:
+        return STATUS[self.status][0]
+
+    @property
+    def status_words(self) -> str:
+        return STATUS[self.status][1]
+
+    def score_text(self) -> str:
+        return "not graded" if self.is_error else f"{self.score:>6g}/{self.max_score:<4g}"
+
+    def exported_score(self) -> str:
+        """The score as exported: empty for a grader error, which is never a student's score."""
+        return "" if self.is_error else f"{self.score:g}"
+
+    def is_current(self, submission_sha: str, reference_digest: str) -> bool:
+        """Whether this result still holds: the same submission against the same reference (a grader
+        error never does: it is graded again on the next run)."""
+        return (
+            not self.is_error
+            and self.submission_sha256 == submission_sha
+            and self.reference == reference_digest
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Result:
+        known = _known(cls, data)
+        known["cells"] = [CellResult.from_dict(c) for c in data.get("cells", [])]
+        return cls(**known)
+
+
+def _known(cls, data: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
