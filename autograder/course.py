@@ -70,6 +70,11 @@ class Course:
         """The grader's record of one submission (JSON), written last: it marks the submission done."""
         return self.results_dir(aid) / f"{sid}.json"
 
+    def kept_run(self, aid: str, sid: str) -> Path:
+        """What a submission's run captured (its cases' values, the kernel's summary), kept so that a
+        regrade can decide the points again without running the student's code."""
+        return self.work / "runs" / aid / sid
+
     def feedback_page(self, aid: str, sid: str) -> Path:
         return self.root / "feedback" / sid / aid / f"{aid}.html"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course, is_solution, nbgrader_meta
+from autograder.late import Late, late_penalties
 from autograder.record import load_results
 from autograder.result import Result
 
@@ -43,7 +44,7 @@ def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
     return answers
 
 
-def render(course: Course, aid: str, result: Result) -> str:
+def render(course: Course, aid: str, result: Result, late: Late | None = None) -> str:
     e = html.escape
     sid = result.student_id
     rows = []
@@ -54,29 +55,41 @@ def render(course: Course, aid: str, result: Result) -> str:
             f"<td>{mark}</td><td>{e(cell.message)}</td></tr>"
         )
     notes = "".join(f"<li>{e(n)}</li>" for n in result.notes)
+    score = "not graded" if result.is_error else f"{result.score:g} / {result.max_score:g}"
+    if late and late.penalty:
+        score = (
+            f"{late.final:g} / {result.max_score:g} (tests {result.score:g}, late penalty {late.penalty:g})"
+        )
     answers = "".join(
         f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
         for gid, code, out in _answers(course, aid, sid)
     )
     return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: feedback for {e(sid)}</title>
 <style>{STYLE}</style></head><body>
-<h1>{e(aid)}: {"not graded" if result.is_error else f"{result.score:g} / {result.max_score:g}"}</h1>
+<h1>{e(aid)}: {e(score)}</h1>
 <p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
+{f"<p>{e(late.explain())}</p>" if late and late.explain() else ""}
 {f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
 <h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
 <h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
 </body></html>"""
 
 
-def write_feedback(course: Course, aid: str, out_dir: Path | None = None) -> list[Path]:
-    """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student."""
-    written = []
-    for result in load_results(course, aid):
+def write_feedback(
+    course: Course, aid: str, out_dir: Path | None = None, students: list[str] | None = None
+) -> list[Path]:
+    """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student (or
+    only ``students``)."""
+    written, results = [], load_results(course, aid)
+    lates = late_penalties(course, aid, results)
+    for result in results:
+        if students is not None and result.student_id not in students:
+            continue
         if out_dir is None:
             target = course.feedback_page(aid, result.student_id)
         else:
             target = Path(out_dir) / f"{result.student_id}.html"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render(course, aid, result), encoding="utf-8")
+        target.write_text(render(course, aid, result, lates[result.student_id]), encoding="utf-8")
         written.append(target)
     return written

@@ -15,7 +15,9 @@ more, and is never recorded as a score.
 from __future__ import annotations
 
 import importlib.util
+import json
 import queue
+import shutil
 import threading
 import time
 import traceback
@@ -27,8 +29,8 @@ import nbformat
 
 from autograder.course import Course
 from autograder.isolation import Isolation, resolve
-from autograder.record import Recorder, load_result, save_result, sha256_file
-from autograder.reference import Reference
+from autograder.record import Recorder, load_result, save_result, sha256_file, write_json_atomic
+from autograder.reference import Reference, source_inputs
 from autograder.repair import Repaired, repair
 from autograder.result import CellResult, Result
 from autograder.sandbox import Limits, Outcome, Sandbox
@@ -127,6 +129,7 @@ def run_stage(g: Grading) -> bool:
     # before the notebook arrives, overlapped with the previous submission
     g.result.timings.update({f"child_{k}": v for k, v in g.outcome.summary.get("timings", {}).items()})
     g.result.seconds_in_sandbox = round(g.outcome.seconds, 2)
+    g.result.peak_memory_mb = g.outcome.peak_memory_mb
     return True
 
 
@@ -140,10 +143,44 @@ def verify_stage(g: Grading) -> bool:
 
 
 def keep_stage(g: Grading) -> bool:
-    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review."""
+    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
+    what the run captured, so that a regrade decides again without running the student's code."""
     if not g.job.path:  # the canary's notebooks are nobody's
         save_executed(g.course, g.job, g.outcome.scratch / "executed.ipynb", g.repaired.notebook)
+        keep_run(g.course.kept_run(g.job.aid, g.job.sid), g.outcome)
     return True
+
+
+KEPT_BYTES = 64 * 2**20  # a capture larger than this is not kept (its submission is rerun on a regrade)
+
+
+def keep_run(target: Path, outcome: Outcome) -> None:
+    """Copy the run's capture (regular files only: the student's code wrote it, and a link must not make
+    the grader copy what it points to) and the kernel's summary to ``target``, replacing what was there."""
+    shutil.rmtree(target, ignore_errors=True)
+    capture = outcome.scratch / "capture"
+    files = [p for p in capture.iterdir() if p.is_file() and not p.is_symlink()] if capture.is_dir() else []
+    if sum(p.lstat().st_size for p in files) > KEPT_BYTES:
+        return
+    (target / "capture").mkdir(parents=True)
+    for path in files:
+        shutil.copyfile(path, target / "capture" / path.name, follow_symlinks=False)
+    run = {
+        "status": outcome.status,
+        "seconds": outcome.seconds,
+        "summary": outcome.summary,
+        "detail": outcome.detail,
+    }
+    write_json_atomic(target / "run.json", run)
+
+
+def kept_outcome(folder: Path) -> Outcome | None:
+    """The run kept by :func:`keep_run` as an :class:`Outcome` (its capture under ``folder``), or None."""
+    try:
+        run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        return Outcome(run["status"], run["seconds"], folder, run["summary"], run["detail"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def status_stage(g: Grading) -> bool:
@@ -272,6 +309,7 @@ def grade(
         if force or not _is_current(load_result(course, aid, sid), sha256_file(path), digest)
     ]
     warm = frameworks_used(course, aid)
+    inputs = source_inputs(course.read_source(aid))
     private = course.private_folders()
     jobs = [
         Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private) for sid in todo
@@ -280,6 +318,7 @@ def grade(
     with Recorder(course.db_url) as recorder:
 
         def finish(result: Result) -> None:
+            result.inputs = inputs
             t0 = time.perf_counter()
             if not result.is_error:  # the grader's failure is never a student's score
                 recorder.record(aid, result)  # gradebook first, then the result file that marks it done

@@ -16,6 +16,7 @@ grader's workspace, which students' code never sees.
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import hashlib
 import json
@@ -105,6 +106,44 @@ def source_digest(course: Course, aid: str) -> str:
     digest.update(Path(dlcourse.grading.__file__).read_bytes())
     digest.update(json.dumps(environment(), sort_keys=True).encode())
     return digest.hexdigest()
+
+
+# What a regrade may change without running anything again: the tolerance of a hidden check. A hidden
+# check only records the student's value in the kernel (the verdict is decided outside, against the
+# rebuilt reference); a public check (one given ``expected``, and every range or accuracy check) raises in
+# the kernel when it fails, so its arguments decide which later lines run, and stay in the digest.
+HIDDEN_CHECKS = {"check", "check_equal"}
+TOLERANCES = {"rtol", "atol"}
+
+
+class _HiddenTolerancesRemoved(ast.NodeTransformer):
+    def visit_Call(self, node: ast.Call) -> ast.Call:
+        self.generic_visit(node)
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        public = len(node.args) > 2 or any(k.arg == "expected" for k in node.keywords)
+        if name in HIDDEN_CHECKS and not public:
+            node.keywords = [k for k in node.keywords if k.arg not in TOLERANCES]
+        return node
+
+
+def source_inputs(nb: nbformat.NotebookNode) -> dict[str, str]:
+    """A digest per code cell that the grader runs from the source (tests, set-up, given code): its code
+    with comments, layout and the hidden checks' tolerances left out (points live in the metadata, not
+    here). Equal digests mean that a kept run executed the same lines and captured the same values, so its
+    points can be decided again against a rebuilt reference. A cell that does not parse as Python (a
+    magic) is taken as it is written."""
+    found = {}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or nbgrader_meta(cell).get("solution"):
+            continue
+        key = nbgrader_meta(cell).get("grade_id") or f"cell {index + 1}"
+        try:
+            text = ast.dump(_HiddenTolerancesRemoved().visit(ast.parse(cell.source)))
+        except SyntaxError:
+            text = cell.source
+        found[key] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return found
 
 
 def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:

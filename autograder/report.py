@@ -148,9 +148,10 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
         else:
             link = "not written yet"
         sandbox = "" if r.seconds_in_sandbox is None else f"{r.seconds_in_sandbox:.1f}"
+        memory = "" if r.peak_memory_mb is None else f"{r.peak_memory_mb:.0f}"
         students.append(
             f"<tr><td>{e(r.student_id)}</td><td class=num>{e(r.score_text())}</td><td>{e(r.status_words)}</td>"
-            f"<td>{e(r.reason)}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td>{link}</td></tr>"
+            f"<td>{e(r.reason)}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td class=num>{memory}</td><td>{link}</td></tr>"
         )
     isolation = "".join(
         f"<li>{e(mode or 'not recorded')}: {n} submission(s)</li>"
@@ -185,7 +186,8 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
 {f'<div class="note"><p>Not graded, no score recorded: grade again.</p><ul>{grader_errors}</ul></div>' if errors else "<p>None.</p>"}
 <h2>Isolation in force</h2><ul>{isolation}</ul>
 <h2>Submissions</h2>
-<p>Seconds: the whole grading of a submission, and its notebook's run in the sandbox. Memory per submission is not
-recorded (the sandbox enforces the limit and stops a notebook past it, with the status saying so).</p>
-<table><tr><th>student</th><th>score</th><th>status</th><th>reason</th><th>seconds</th><th>in sandbox</th><th></th></tr>{"".join(students)}</table>
+<p>Seconds: the whole grading of a submission, and its notebook's run in the sandbox. Memory: the sandbox's processes
+(kernel and runner) at their largest, sampled every 0.2 s, in MB; the limit stops a notebook past it, with the status
+saying so.</p>
+<table><tr><th>student</th><th>score</th><th>status</th><th>reason</th><th>seconds</th><th>in sandbox</th><th>peak MB</th><th></th></tr>{"".join(students)}</table>
 </body></html>"""

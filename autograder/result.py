@@ -55,9 +55,11 @@ class Result:
     isolation: str = ""
     reference: str = ""  # digest of the reference it was decided against
     submission_sha256: str = ""
+    inputs: dict[str, str] = field(default_factory=dict)  # code cell -> digest of what it feeds the answers
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     seconds_in_sandbox: float | None = None
+    peak_memory_mb: float | None = None  # the sandbox's process tree at its largest (sampled)
     detail: str = ""  # the child's last lines, for the instructor
     traceback: str = ""  # a grader bug's traceback
 

@@ -80,6 +80,7 @@ class Outcome:
     scratch: Path
     summary: dict = field(default_factory=dict)
     detail: str = ""
+    peak_memory_mb: float | None = None  # the sandbox's whole process tree, sampled every 0.2 s
 
 
 def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
@@ -126,6 +127,7 @@ class Sandbox:
         self.process: subprocess.Popen | None = None
         self._ready = threading.Event()
         self._log: list[str] = []
+        self._peak_rss = 0
 
     def command(self) -> list[str]:
         child = [
@@ -294,7 +296,8 @@ class Sandbox:
         if status == "finished" and not summary:
             # the child writes run.json after the notebook; if it could not, the disk is the grader's problem
             status = "error" if any("No space left on device" in line for line in self._log) else "crashed"
-        return Outcome(status, seconds, self.scratch, summary, self._tail(""))
+        peak = round(self._peak_rss / 2**20, 1) if self._peak_rss else None
+        return Outcome(status, seconds, self.scratch, summary, self._tail(""), peak)
 
     def _watch(self, start: float) -> str:
         """Wait for the child; kill it past the wall-clock limit or the memory limit (whole process tree)."""
@@ -311,6 +314,7 @@ class Sandbox:
                 return "timeout"
             if root is not None:
                 count, rss = self._tree_usage(root)
+                self._peak_rss = max(self._peak_rss, rss)
                 if count > self.limits.processes:
                     return "processes"
                 if rss > self.limits.memory_mb * 2**20 * 1.5:

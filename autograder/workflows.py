@@ -98,6 +98,27 @@ def grade_with_progress(course: Course, aid: str, args, students: list[str] | No
     return rows
 
 
+def regrade_with_report(course: Course, aid: str, args) -> int:
+    """``regrade``: decide every stored submission again after a source edit; one line per student."""
+    from autograder.regrade import regrade
+
+    isolation = isolation_from(args)
+    print(f"isolation: {isolation.describe()}")
+    print(f"{'student':<20} {'old':>11}    {'new':<11} how [test cells whose points changed]")
+    report = regrade(
+        course, aid, limits_from(args), isolation, args.workers, on_change=lambda c: print(c.line())
+    )
+    for sid, why in sorted(report.skipped.items()):
+        print(f"  {sid}: not regraded: {why}")
+    moved = sum(c.moved for c in report.changes)
+    print(
+        f"{len(report.decided_again)} decided again from their kept runs, {len(report.run_again)} run again, "
+        f"{moved} score(s) moved (their feedback pages were written again); {report.seconds:.1f} s. "
+        f"Old results: {course.results_dir(aid) / 'history'}"
+    )
+    return report_errors([c.new for c in report.changes])
+
+
 def throwaway_course(main: Course, aids: list[str]) -> Course:
     """A temporary copy of ``main`` with ``aids``, released there (its own gradebook, ``main``'s cache)."""
     from autograder.release import release

@@ -32,7 +32,7 @@ import nbformat
 
 from autograder import sandbox
 from autograder.canary import prove
-from autograder.course import ROOT, Course, nbgrader_meta
+from autograder.course import ROOT, Course, is_graded_test, nbgrader_meta
 from autograder.isolation import resolve
 from autograder.notebooks import execute_notebook
 from autograder.pipeline import grade
@@ -368,11 +368,74 @@ def benchmark_assignment(
         }
         if scaling:
             out["scaling"] = scale(autograder_course, aid, [s.sid for s in made], workers, ag)
+        if not quick:
+            out["regrade"] = measure_regrade(autograder_course, aid, workers, ag)
         log(f"{aid}: done; {format_ratios(out['ratios'])}")
         return out
     finally:
         for course in (nbgrader_course, autograder_course):
             shutil.rmtree(course.root, ignore_errors=True)
+
+
+def loosen_a_hidden_tolerance(source: str) -> tuple[str, str]:
+    """The source notebook's text with the first hidden case's ``rtol`` doubled (or set to 1e-3 where it
+    had none): an instructor's typical edit after a deadline. ``(new text, the case's name)``."""
+    import ast
+
+    nb = nbformat.reads(source, as_version=4)
+    for cell in nb.cells:
+        if not is_graded_test(cell) or "### BEGIN HIDDEN TESTS" not in cell.source:
+            continue
+        hidden_from = cell.source.index("### BEGIN HIDDEN TESTS")
+        for node in ast.walk(ast.parse(cell.source)):
+            name = getattr(node, "func", None)
+            name = getattr(name, "id", getattr(name, "attr", ""))
+            public = isinstance(node, ast.Call) and (
+                len(node.args) > 2 or any(k.arg == "expected" for k in node.keywords)
+            )
+            if name != "check" or public:
+                continue
+            lines = cell.source.splitlines(keepends=True)
+            start = sum(map(len, lines[: node.lineno - 1])) + node.col_offset
+            end = sum(map(len, lines[: node.end_lineno - 1])) + node.end_col_offset
+            if start < hidden_from:
+                continue
+            call = cell.source[start:end]
+            rtol = next((k.value for k in node.keywords if k.arg == "rtol"), None)
+            if rtol is not None:
+                old = ast.get_source_segment(cell.source, rtol)
+                new_call = call.replace(f"rtol={old}", f"rtol={2 * ast.literal_eval(old)!r}")
+            else:
+                new_call = call[:-1].rstrip().rstrip(",") + ", rtol=1e-3)"
+            cell.source = cell.source[:start] + new_call + cell.source[end:]
+            return nbformat.writes(nb), ast.literal_eval(node.args[0])
+    raise ValueError("no hidden check to loosen")
+
+
+def measure_regrade(course: Course, aid: str, workers: int, graded: dict) -> dict:
+    """Loosen a hidden case's tolerance in the source, then ``regrade``: every submission is decided again
+    from its kept run. Against grading them anew after the same edit (the reference rebuilt, then the
+    main run's grading time)."""
+    from autograder.regrade import regrade
+
+    path = course.source_notebook(aid)
+    text, case = loosen_a_hidden_tolerance(path.read_text(encoding="utf-8"))
+    path.write_text(text, encoding="utf-8")
+    log(f"{aid}: regrade after loosening the tolerance of {case}")
+    report = regrade(course, aid, autograder_limits(workers), resolve("auto"), workers)
+    anew = report.reference_seconds + graded["seconds"]
+    return {
+        "edit": f"rtol of the hidden case {case} loosened",
+        "submissions": len(report.changes),
+        "decided_again": len(report.decided_again),
+        "run_again": len(report.run_again),
+        "moved": sum(c.moved for c in report.changes),
+        "seconds": round(report.seconds, 3),
+        "reference_seconds": round(report.reference_seconds, 3),
+        "decide_seconds": round(report.seconds - report.reference_seconds, 3),
+        "anew_seconds": round(anew, 3),
+        "anew_vs_regrade": round(anew / report.seconds, 2) if report.seconds else None,
+    }
 
 
 def scale(course: Course, aid: str, sids: list[str], workers: int, full: dict) -> list[dict]:

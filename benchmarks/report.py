@@ -111,6 +111,25 @@ def grading_section(name: str, run: dict) -> list[str]:
         f"{a['assignment']}: " + ", ".join(f"{label} {a[key]['seconds']:.0f} s" for key, label in WAYS)
         + f" (run in the order {', '.join(a['order'])})" for a in g["assignments"]) + ".", ""]  # fmt: skip
 
+    regrades = [a for a in g["assignments"] if a.get("regrade")]
+    if regrades:
+        out += [
+            "### Regrade after a source edit",
+            "",
+            "After the graded run, a hidden case's tolerance was loosened in the source and `regrade` decided "
+            "every submission again from its kept run (reference rebuilt and canary run first). Grading anew "
+            "after the same edit costs the same reference rebuild plus the main run's grading.",
+            "",
+        ]
+        rows = [
+            [a["assignment"], r["edit"], f"{r['decided_again']} of {r['submissions']}", r["moved"],
+             f"{r['seconds']:.1f} s ({r['reference_seconds']:.1f} reference + {r['decide_seconds']:.1f} deciding)",
+             f"{r['anew_seconds']:.1f} s", fmt(r["anew_vs_regrade"])]
+            for a in regrades for r in [a["regrade"]]
+        ]  # fmt: skip
+        out += table(["assignment", "edit", "decided again", "scores moved", "regrade", "grading anew",
+                      "anew / regrade"], rows)  # fmt: skip
+
     tg = g["targets"]
     descriptions = {
         "autograder_vs_nbgrader": ("autograder throughput / nbgrader throughput", ">="),

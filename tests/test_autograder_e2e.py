@@ -184,6 +184,7 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
     assert any("metadata of test_" in n for n in results["tampered_meta"].notes)
     assert any("tamper" in f for f in results["cheater"].flags)
     assert results["perfect"].isolation == isolation.describe()
+    assert 30 < results["perfect"].peak_memory_mb < LIMITS.memory_mb * 1.5  # a kernel with numpy, measured
     assert not results["perfect"].flags and not results["colab"].flags
 
     # the cheater found neither the source nor the reference (where the mode hides them), and the

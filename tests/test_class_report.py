@@ -25,7 +25,7 @@ def result(sid: str, status: str, cells: list[dict], reason: str = "", **more) -
     return {
         "student_id": sid, "assignment": "T1", "max_score": 100.0, "score": sum(c["points"] for c in cells),
         "status": status, "reason": reason, "cells": cells, "isolation": "bubblewrap (test)",
-        "seconds": 4.25, "seconds_in_sandbox": 3.5, **more,
+        "seconds": 4.25, "seconds_in_sandbox": 3.5, "peak_memory_mb": 812.4, **more,
     }  # fmt: skip
 
 
@@ -72,4 +72,5 @@ def test_class_report_page_shows_failures_flags_errors_and_links(tmp_path):
     links = re.findall(r'<a href="([^"]+)">feedback</a>', page)
     assert len(links) == 6 and all((out / link).resolve().is_file() for link in links)
     assert "../feedback/ben/T1/T1.html" in links
-    assert "4.2" in page and "3.5" in page  # seconds per submission, whole and in the sandbox
+    ann = re.search(r"<tr><td>ann</td>(.*?)</tr>", page, re.S).group(1)
+    assert re.findall(r"<td class=num>([^<]*)</td>", ann)[1:] == ["4.2", "3.5", "812"]  # seconds, in sandbox, MB

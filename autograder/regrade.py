@@ -1,0 +1,174 @@
+"""``python -m autograder regrade AID``: after the instructor edits the source, decide every stored
+submission again, running student code only where the edit requires it.
+
+Points are decided outside the students' kernels from what each run captured (kept by the pipeline's
+``keep`` stage in ``Course.kept_run``). An edit that leaves the lines a run executes as they were (a
+hidden case's tolerance, a cell's points, the solution, and so the expected values, comments) leaves
+those captures valid: the reference is rebuilt (and the canary run) from the edited source, and each
+submission goes through the ``verify`` and ``status`` stages again on its kept capture, without running
+student code. A submission is run again, through the whole pipeline, when the code the grader runs from
+the source changed in any other way: a test's inputs, a check added or removed, the set-up cell, or a
+public check's expected value or tolerance (a public check raises in the kernel, so it decides which later
+lines ran; :func:`autograder.reference.source_inputs` draws that line), when the student handed in again,
+or when no capture was kept.
+
+The run itself did not change, so what it showed about tampering (the flags) is kept as it was. Each new
+result is recorded in the gradebook; the old one is kept in ``results/<AID>/history/``. Feedback pages
+are written again for the students whose score moved.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from autograder.course import Course
+from autograder.isolation import Isolation
+from autograder.pipeline import STAGES, Grading, Job, grade, kept_outcome
+from autograder.record import Recorder, load_results, save_result, sha256_file, write_json_atomic
+from autograder.reference import Reference, source_inputs
+from autograder.result import Result
+from autograder.sandbox import Limits
+
+REDECIDE = ("verify", "status")  # the stages that decide points from a kept capture
+
+
+@dataclass
+class Change:
+    student_id: str
+    old: Result
+    new: Result
+    how: str  # "decided again" or "run again: <why>"
+
+    @property
+    def moved(self) -> bool:
+        return self.old.is_error or self.new.is_error or abs(self.new.score - self.old.score) > 1e-9
+
+    def cells(self) -> list[str]:
+        """``grade_id: old -> new`` for each test cell whose points changed."""
+        before = {c.grade_id: c.points for c in self.old.cells}
+        lines = []
+        for cell in self.new.cells:
+            was = before.get(cell.grade_id)
+            if was is None or abs(was - cell.points) > 1e-9:
+                lines.append(f"{cell.grade_id}: {'-' if was is None else f'{was:g}'} -> {cell.points:g}")
+        return lines
+
+    def line(self) -> str:
+        old = self.old.score_text().strip()
+        new = self.new.score_text().strip()
+        cells = "; ".join(self.cells())
+        return f"{self.student_id:<20} {old:>11} -> {new:<11} {self.how}" + (f" [{cells}]" if cells else "")
+
+
+@dataclass
+class Regrade:
+    aid: str
+    changes: list[Change] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # student -> why not regraded
+    seconds: float = 0.0
+    reference_seconds: float = 0.0  # rebuilding the reference and running the canary
+
+    @property
+    def decided_again(self) -> list[Change]:
+        return [c for c in self.changes if c.how == "decided again"]
+
+    @property
+    def run_again(self) -> list[Change]:
+        return [c for c in self.changes if c.how != "decided again"]
+
+
+def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str]) -> str:
+    """ "" when the kept capture of ``old`` still answers the edited source's questions, else why not."""
+    submission = course.submission(aid, old.student_id)
+    if old.is_error:
+        return "it was never graded (a grader error)"
+    if sha256_file(submission) != old.submission_sha256:
+        return "handed in again"
+    if kept_outcome(course.kept_run(aid, old.student_id)) is None:
+        return "no capture kept from its run"
+    changed = sorted(k for k in {*inputs, *old.inputs} if inputs.get(k) != old.inputs.get(k))
+    if changed:
+        return "the source changed what " + ", ".join(changed[:4]) + " runs"
+    return ""
+
+
+def decide_again(course: Course, old: Result, reference: Reference, limits: Limits, inputs: dict) -> Result:
+    """The verify and status stages on the kept capture of ``old``: no student code runs."""
+    aid, sid = old.assignment, old.student_id
+    started = time.monotonic()
+    result = Result(sid, aid, reference.max_score, isolation=old.isolation, reference=reference.digest)
+    result.notes, result.submission_sha256, result.inputs = old.notes, old.submission_sha256, inputs
+    result.seconds_in_sandbox, result.peak_memory_mb = old.seconds_in_sandbox, old.peak_memory_mb
+    job = Job(str(course.root), str(course.work), aid, sid, limits, (), Isolation("basic"))
+    g = Grading(job, reference, course, course.submission(aid, sid), result)
+    g.outcome = kept_outcome(course.kept_run(aid, sid))
+    stages = dict(STAGES)
+    stages["verify"](g)
+    result.flags = old.flags  # the run is the same: so is what it showed about tampering
+    stages["status"](g)
+    result.timings = {"decide_again": time.monotonic() - started}
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def keep_history(course: Course, old: Result) -> None:
+    folder = course.results_dir(old.assignment) / "history"
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    write_json_atomic(folder / f"{old.student_id}.{stamp}.{os.getpid()}.json", old.to_dict())
+
+
+def regrade(
+    course: Course,
+    aid: str,
+    limits: Limits,
+    isolation: Isolation,
+    workers: int,
+    on_change=None,
+) -> Regrade:
+    """Rebuild the reference and prove it (the canary), then decide every stored result of ``aid`` again."""
+    from autograder.canary import prove
+    from autograder.feedback import write_feedback
+
+    started = time.monotonic()
+    report = Regrade(aid)
+    olds = {r.student_id: r for r in load_results(course, aid)}
+    if not olds:
+        raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
+    reference, _ = prove(course, aid, limits, isolation, workers)
+    report.reference_seconds = time.monotonic() - started
+    inputs = source_inputs(course.read_source(aid))
+    present = course.submitted(aid)
+    again: dict[str, str] = {}
+    with Recorder(course.db_url) as recorder:
+        for sid, old in olds.items():
+            if sid not in present:
+                report.skipped[sid] = "the submission is no longer in submitted/"
+                continue
+            why = why_run_again(course, aid, old, inputs)
+            if why:
+                again[sid] = why
+                continue
+            new = decide_again(course, old, reference, limits, inputs)
+            keep_history(course, old)
+            recorder.record(aid, new)
+            save_result(course, new)
+            change = Change(sid, old, new, "decided again")
+            report.changes.append(change)
+            if on_change:
+                on_change(change)
+    if again:
+        for old in (olds[sid] for sid in again):
+            keep_history(course, old)
+        for new in grade(course, aid, workers=workers, limits=limits, students=sorted(again), force=True,
+                         isolation=isolation):  # fmt: skip
+            change = Change(new.student_id, olds[new.student_id], new, f"run again: {again[new.student_id]}")
+            report.changes.append(change)
+            if on_change:
+                on_change(change)
+    moved = [c.student_id for c in report.changes if c.moved]
+    if moved:
+        write_feedback(course, aid, students=moved)
+    report.seconds = time.monotonic() - started
+    return report

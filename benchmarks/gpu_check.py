@@ -1,0 +1,186 @@
+"""``python -m benchmarks.gpu_check`` (``make gpu-check``): what only a machine with a CUDA GPU can check.
+
+CI and the course's own machines have no GPU, so the code paths that only run on one are tested there on the
+CPU and on torch's ``meta`` device. This check is for an instructor with a GPU at hand (a Colab GPU runtime:
+``!git clone ... && cd dlcourse && make gpu-check``). It runs, in order:
+
+1. the tests marked ``gpu`` (``pytest -m gpu``), which skip themselves elsewhere;
+2. the lectures that measure the GPU (10, and 12 where it exists), executed top to bottom;
+3. the autograder on the perfect sample submissions of A3 and A5, whose hidden tests train on the GPU;
+4. the matmul FLOP/s of the card in float32, TF32, float16 and bfloat16, beside its published peak.
+
+It prints one line per step and a summary, and exits 1 if a step failed. Without a CUDA device it prints
+"no CUDA device: nothing to check" and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LECTURES = ("10_hardware.ipynb", "12_fast_training.ipynb")
+GRADED = ("A3", "A5")
+LECTURE_TIMEOUT_S = 600
+
+
+@dataclass
+class Step:
+    name: str
+    passed: bool
+    detail: str
+    seconds: float
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _env() -> dict[str, str]:
+    """The current environment with this Python's bin/ first on PATH (nbgrader calls ``alembic`` from there)."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _timed(name: str, action) -> Step:
+    start = time.perf_counter()
+    try:
+        passed, detail = action()
+    except Exception as err:  # one failed step is reported; the others still run
+        passed, detail = False, f"{type(err).__name__}: {err}"
+    return Step(name, passed, detail, time.perf_counter() - start)
+
+
+def run_gpu_tests() -> tuple[bool, str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "tests"]
+    done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
+    if done.returncode == 5:  # pytest: no tests were collected
+        return True, "no tests are marked gpu"
+    return done.returncode == 0, last
+
+
+def run_lecture(path: Path) -> tuple[bool, str]:
+    from autograder.notebooks import execute_notebook
+
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as workdir:
+        run = execute_notebook(path, timeout=LECTURE_TIMEOUT_S, workdir=workdir, allow_errors=True)
+    errors = [
+        f"{out.get('ename')}: {out.get('evalue', '')[:120]}"
+        for cell in run.notebook.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "error"
+    ]
+    if errors:
+        return False, f"{len(errors)} cell(s) failed; first: {errors[0]}"
+    return True, f"ran top to bottom in {run.seconds:.0f} s"
+
+
+def grade_perfect_sample(aid: str) -> tuple[bool, str]:
+    sample = ROOT / "source" / aid / "samples" / "perfect.ipynb"
+    if not sample.is_file():
+        return False, f"{sample.relative_to(ROOT)} is missing"
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        submissions, out = Path(scratch) / "submissions", Path(scratch) / "results"
+        submissions.mkdir()
+        shutil.copy(sample, submissions / "perfect.ipynb")
+        command = [sys.executable, "-m", "autograder", "run", aid, str(submissions), "--out", str(out)]
+        done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+        grades = out / "grades.csv"
+        if not grades.is_file():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+            return False, f"no grades (exit {done.returncode}): {' | '.join(tail)}"
+        with open(grades, newline="") as fh:
+            row = next(r for r in csv.DictReader(fh) if r["student_id"] == "perfect")
+    score, maximum = float(row["score"]), float(row["max_score"])
+    detail = f"{score:g}/{maximum:g} ({row['status']}{': ' + row['reason'] if score < maximum else ''})"
+    return score == maximum, detail
+
+
+def matmul_rates(n: int = 8192) -> list[tuple[str, float, float | None]]:
+    """(mode, measured TFLOP/s, published peak TFLOP/s or None) for float32, TF32, float16 and bfloat16."""
+    import torch
+
+    from dlcourse.measure import gpu_peak, matmul_flops
+
+    peak = gpu_peak(torch.cuda.get_device_name())
+    modes = [
+        ("float32", torch.float32, False, peak and peak.fp32),
+        ("tf32", torch.float32, True, peak and peak.tf32),
+        ("float16", torch.float16, None, peak and peak.fp16),
+        ("bfloat16", torch.bfloat16, None, peak and peak.bf16),
+    ]
+    rates = []
+    for mode, dtype, tf32, published in modes:
+        if dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+            continue
+        measured = matmul_flops(n, device="cuda", dtype=dtype, repeat=10, allow_tf32=tf32) / 1e12
+        rates.append((mode, measured, published))
+    return rates
+
+
+def device_line() -> str:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return (
+        f"{props.name}, compute capability {props.major}.{props.minor}, {props.total_memory / 2**30:.0f} GiB; "
+        f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--size", type=int, default=8192, help="matrix size of the FLOP/s measurement")
+    args = parser.parse_args(argv)
+    if not cuda_available():
+        print("no CUDA device: nothing to check")
+        return 0
+
+    print(f"device: {device_line()}")
+    steps = [_timed("pytest -m gpu", run_gpu_tests)]
+    for name in LECTURES:
+        path = ROOT / "lectures" / name
+        if path.is_file():
+            steps.append(_timed(f"lecture {name}", lambda path=path: run_lecture(path)))
+    for aid in GRADED:
+        steps.append(_timed(f"autograder: {aid} perfect sample", lambda aid=aid: grade_perfect_sample(aid)))
+    for step in steps:
+        print(f"{'PASS' if step.passed else 'FAIL'}  {step.name:<38} {step.detail}  [{step.seconds:.0f} s]")
+
+    print(f"\nmatmul {args.size} x {args.size}, measured vs published dense peak:")
+    try:
+        for mode, measured, published in matmul_rates(args.size):
+            share = (
+                f"  ({measured / published:.0%} of {published:g})" if published else "  (no published figure)"
+            )
+            print(f"  {mode:<9} {measured:8.1f} TFLOP/s{share}")
+    except Exception as err:  # a measurement problem is reported, not a failed check
+        print(f"  measurement failed: {type(err).__name__}: {err}")
+
+    failed = [s.name for s in steps if not s.passed]
+    print(
+        f"\n{len(steps) - len(failed)} of {len(steps)} checks passed"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""``make gpu-check``: without a CUDA device it says so and succeeds, quickly; with one it is tested by running it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import gpu_check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_without_cuda_it_checks_nothing_and_succeeds(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    ran = []
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: ran.append("tests") or (True, ""))
+    assert gpu_check.main([]) == 0
+    assert capsys.readouterr().out.strip() == "no CUDA device: nothing to check"
+    assert not ran
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only path")
+def test_the_module_runs_as_make_gpu_check_runs_it():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no CUDA device: nothing to check"
+
+
+def test_a_failed_step_fails_the_check_and_the_others_still_run(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_check, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_check, "device_line", lambda: "a fake GPU")
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: (True, "3 passed"))
+    monkeypatch.setattr(gpu_check, "run_lecture", lambda path: (True, "ran"))
+    graded = []
+
+    def grade(aid):
+        graded.append(aid)
+        if aid == "A3":
+            raise RuntimeError("the sandbox did not start")
+        return True, "100/100"
+
+    monkeypatch.setattr(gpu_check, "grade_perfect_sample", grade)
+    monkeypatch.setattr(gpu_check, "matmul_rates", lambda n: [("float16", 50.0, 65.0), ("tf32", 8.0, None)])
+    assert gpu_check.main(["--size", "64"]) == 1
+    out = capsys.readouterr().out
+    assert graded == ["A3", "A5"]
+    assert "FAIL  autograder: A3 perfect sample" in out and "RuntimeError: the sandbox did not start" in out
+    assert "PASS  autograder: A5 perfect sample" in out
+    assert "float16       50.0 TFLOP/s  (77% of 65)" in out
+    assert "lecture 10_hardware.ipynb" in out

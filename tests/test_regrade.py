@@ -1,0 +1,157 @@
+"""Regrading after a source edit: decided again from the kept runs where the edit allows it, run again
+where it does not, old results kept, feedback rewritten for those whose score moved."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from autograder.course import Course, nbgrader_meta
+from autograder.isolation import resolve
+from autograder.pipeline import grade
+from autograder.reference import source_inputs
+from autograder.regrade import regrade
+from autograder.release import release
+from autograder.samples import filled
+from autograder.sandbox import Limits
+from tests.fixtures.toy_course import TEST_SCALE, make_course, submit
+
+LIMITS = Limits(timeout=90, cell_timeout=60)
+
+HIDDEN = 'check("t1.scale.random", scale(rng.normal(size=(3, 4)), -0.5))'
+PUBLIC = 'check("t1.scale.small", scale(np.array([1.0, 2.0]), 3), expected=[3.0, 6.0])'
+
+# an edit of the test_scale cell -> whether a kept run still answers its questions
+EDITS = [
+    ("a hidden case's tolerance", TEST_SCALE.replace(HIDDEN, HIDDEN[:-1] + ", rtol=1e-2)"), True),
+    (
+        "a comment and blank lines",
+        TEST_SCALE.replace("import numpy as np", "import numpy as np  # again\n\n"),
+        True,
+    ),
+    ("a hidden case's inputs", TEST_SCALE.replace("size=(3, 4)", "size=(4, 4)"), False),
+    ("a public check's expected value", TEST_SCALE.replace("[3.0, 6.0]", "[3.0, 6.5]"), False),
+    ("a public check's tolerance", TEST_SCALE.replace(PUBLIC, PUBLIC[:-1] + ", rtol=1e-2)"), False),
+    ("a hidden case removed", TEST_SCALE.replace(HIDDEN, ""), False),
+    ("a magic line", TEST_SCALE + "\n%time 1", False),
+]
+
+
+@pytest.mark.parametrize("what, edited, same", EDITS, ids=[e[0] for e in EDITS])
+def test_which_edits_leave_a_kept_run_valid(what, edited, same):
+    from tests.fixtures.toy_course import source_notebook
+
+    nb = source_notebook()
+    before = source_inputs(nb)
+    cell = next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "test_scale")
+    cell.source = edited
+    nbgrader_meta(cell)["points"] = 70  # points are never part of it
+    after = source_inputs(nb)
+    assert (before == after) is same, what
+    assert {k for k in before if before[k] != after.get(k)} <= {"test_scale"}
+
+
+def edit_source(course: Course, old: str, new: str) -> None:
+    path = course.source_notebook("T1")
+    nb = nbformat.read(str(path), as_version=4)
+    cell = next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "test_scale")
+    assert old in cell.source
+    cell.source = cell.source.replace(old, new)
+    nbformat.write(nb, str(path))
+
+
+@pytest.mark.slow
+def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_runs_again(tmp_path):
+    course = Course(root=make_course(tmp_path / "course"))
+    release(course, ["T1"])
+    isolation = resolve("auto")
+    submit(course, "ada", filled(course, "T1"))
+    submit(course, "cyd", filled(course, "T1", {"scale"}))
+    # ben's scale is right for the public case and 0.1% off on the hidden one (a negative factor)
+    ben = filled(course, "T1")
+    for cell in ben.cells:
+        if nbgrader_meta(cell).get("grade_id") == "scale":
+            cell.source = cell.source.replace(
+                "return x * factor", "return x * factor * (1.001 if factor < 0 else 1)"
+            )
+    submit(course, "ben", ben)
+    first = {r.student_id: r for r in grade(course, "T1", workers=2, limits=LIMITS, isolation=isolation)}
+    assert {s: r.score for s, r in first.items()} == {"ada": 100, "ben": 40, "cyd": 60}
+    assert all((course.kept_run("T1", s) / "run.json").is_file() for s in first)
+
+    edit_source(course, HIDDEN, HIDDEN[:-1] + ", rtol=1e-2)")
+    report = regrade(course, "T1", LIMITS, isolation, workers=2)
+    changes = {c.student_id: c for c in report.changes}
+    assert {s: (c.new.score, c.how) for s, c in changes.items()} == {
+        "ada": (100, "decided again"),
+        "ben": (100, "decided again"),
+        "cyd": (60, "decided again"),
+    }
+    assert all("sandbox_run" not in c.new.timings for c in changes.values())  # no student code ran
+    assert changes["ben"].moved and changes["ben"].cells() == ["test_scale: 0 -> 60"]
+    assert not changes["ada"].moved and not changes["cyd"].moved
+    history = sorted((course.results_dir("T1") / "history").glob("*.json"))
+    assert [json.loads(p.read_text())["score"] for p in history if p.name.startswith("ben.")] == [40]
+    assert "100 / 100" in course.feedback_page("T1", "ben").read_text()
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url) as gb:
+        assert {s.student.id: s.score for s in gb.find_assignment("T1").submissions} == {
+            "ada": 100,
+            "ben": 100,
+            "cyd": 60,
+        }
+
+    # new inputs for the hidden case: every kept run is stale, so each submission runs again
+    edit_source(course, "size=(3, 4)", "size=(4, 4)")
+    submit(course, "cyd", filled(course, "T1"))  # and cyd handed in again meanwhile
+    report = regrade(course, "T1", LIMITS, isolation, workers=2)
+    changes = {c.student_id: c for c in report.changes}
+    assert {s: c.new.score for s, c in changes.items()} == {"ada": 100, "ben": 100, "cyd": 100}
+    assert changes["ada"].how == "run again: the source changed what test_scale runs"
+    assert changes["cyd"].how == "run again: handed in again"
+    assert all("sandbox_run" in c.new.timings for c in changes.values())
+
+
+def test_regrade_refuses_an_assignment_nobody_has_been_graded_on(tmp_path):
+    course = Course(root=make_course(tmp_path / "course"))
+    with pytest.raises(RuntimeError, match="nothing to regrade"):
+        regrade(course, "T1", LIMITS, resolve("basic"), workers=1)
+
+
+def test_a_kept_run_holds_no_links_from_the_students_capture(tmp_path):
+    """The capture is written by the student's code: a link in it must not make the grader copy what it
+    points to into its own workspace."""
+    from autograder.pipeline import keep_run, kept_outcome
+    from autograder.sandbox import Outcome
+
+    scratch = tmp_path / "scratch"
+    (scratch / "capture").mkdir(parents=True)
+    (scratch / "capture" / "cases.jsonl").write_text("{}\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the gradebook password")
+    (scratch / "capture" / "0001.npy").symlink_to(secret)
+    keep_run(tmp_path / "kept", Outcome("finished", 1.5, scratch, {"cells": []}, "tail"))
+    assert sorted(p.name for p in (tmp_path / "kept" / "capture").iterdir()) == ["cases.jsonl"]
+    kept = kept_outcome(tmp_path / "kept")
+    assert (kept.status, kept.seconds, kept.summary, kept.scratch) == (
+        "finished",
+        1.5,
+        {"cells": []},
+        tmp_path / "kept",
+    )
+
+
+@pytest.mark.parametrize("aid", Course().assignments())
+def test_the_benchmarks_tolerance_edit_keeps_every_kept_run_valid(aid):
+    """``make bench`` measures regrade after this edit: it must be one that regrade decides without running."""
+    from benchmarks.grading import loosen_a_hidden_tolerance
+
+    text = Course().source_notebook(aid).read_text(encoding="utf-8")
+    edited, case = loosen_a_hidden_tolerance(text)
+    assert edited != text and case.startswith(aid.lower() + ".")
+    assert source_inputs(nbformat.reads(edited, as_version=4)) == source_inputs(
+        nbformat.reads(text, as_version=4)
+    )
