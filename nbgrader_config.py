@@ -22,6 +22,17 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
 
+# Late work. Due dates live in the gradebook: `python -m autograder deadline A1 --due "2026-12-01 23:59 UTC"`
+# (or nbgrader's `nbgrader db assignment add A1 --duedate=...`, or formgrader); one student's extension:
+# `python -m autograder extension A1 jdoe --hours 48`. The rule is read alike by the autograder's export and
+# feedback (computed there, so a change needs no regrading) and by nbgrader's own autograde.
+c.LateWork.penalty_method = "none"  # no penalty; "zero": late work scores 0; "per_day", e.g.:
+# c.LateWork.penalty_method = "per_day"
+# c.LateWork.penalty_per_day = 0.1  # 10% of the score per started day late,
+# c.LateWork.max_penalty = 0.5  # at most 50%,
+# c.LateWork.zero_after_days = 7  # and 0 points when more than 7 days late (0: never)
+# c.LateWork.grace_minutes = 15  # hand-ins up to 15 minutes late count as on time
+
 # nbgrader's own autograde (and formgrader's Autograde button) compares hidden cases with the reference that
 # `python -m autograder` builds; without one it refuses rather than fail every hidden test.
 try:
@@ -29,8 +40,10 @@ try:
 
     from nbgrader.converters.autograde import Autograde
 
+    from autograder.late import LateWork
     from autograder.nbgrader_hooks import RequireReference, use_reference
 
+    c.AssignLatePenalties.plugin_class = LateWork  # nbgrader's autograde applies the rule above
     c.Autograde.pre_convert_hook = functools.partial(use_reference, root=here)
     c.Autograde.sanitize_preprocessors = [
         *Autograde.class_traits()["sanitize_preprocessors"].default(),

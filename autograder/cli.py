@@ -83,6 +83,10 @@ def cmd_grade(args) -> int:
     return workflows.report_errors(rows)
 
 
+def cmd_regrade(args) -> int:
+    return workflows.regrade_with_report(args.course, args.aid, args)
+
+
 def cmd_feedback(args) -> int:
     from autograder.feedback import write_feedback
 
@@ -100,6 +104,26 @@ def cmd_export(args) -> int:
     else:
         export_nbgrader(args.course, target.resolve())
     print(f"wrote {target}")
+    return 0
+
+
+def cmd_deadline(args) -> int:
+    from autograder.late import format_utc, late_rule, rule_text, set_due_date
+
+    due = set_due_date(args.course, args.aid, args.due)
+    print(f"{args.aid} is due {format_utc(due)}; late work: {rule_text(late_rule(args.course))}")
+    return 0
+
+
+def cmd_extension(args) -> int:
+    from autograder.late import deadlines, format_utc, grant_extension
+
+    extension = grant_extension(args.course, args.aid, args.student, hours=args.hours or 0, until=args.until)
+    if extension is None:
+        print(f"{args.student}: no extension on {args.aid}")
+    else:
+        due = deadlines(args.course, args.aid).due_for(args.student)
+        print(f"{args.student}: {extension} more on {args.aid}" + (f", due {format_utc(due)}" if due else ""))
     return 0
 
 
@@ -203,6 +227,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_grade)
 
+    p = sub.add_parser(
+        "regrade",
+        help="after editing the source: decide every graded submission again, running code only where needed",
+        description="Rebuild the reference from the edited source (and run the canary), then decide every "
+        "graded submission again. An edit of hidden cases' tolerances, of points or of the solution "
+        "(the expected values) re-decides each one from what its run captured, without running student "
+        "code; any other edit of what a test cell runs (its inputs, a check added or removed, a public "
+        "check, the set-up) runs those submissions again. Prints old and "
+        "new score per student, records the new grading (the old one is kept in results/<AID>/history/) "
+        "and rewrites the feedback of those whose score moved.",
+    )
+    p.add_argument("aid")
+    add_grading_options(p)
+    p.set_defaults(func=cmd_regrade)
+
     p = sub.add_parser("feedback", help="write an HTML feedback page per student")
     p.add_argument("aid")
     p.set_defaults(func=cmd_feedback)
@@ -212,6 +251,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True)
     p.add_argument("--assignment", action="append", help="(canvas) only these assignments")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "deadline",
+        help="set an assignment's due date in the gradebook (late penalties: c.LateWork in nbgrader_config.py)",
+        description="Set AID's due date in nbgrader's gradebook (as `nbgrader db assignment add AID --duedate=...` "
+        "does). Penalties are worked out at export and feedback time from this date, each student's extension "
+        "and the hand-in time collect recorded, with the rule set in nbgrader_config.py (c.LateWork...): "
+        "changing any of them needs no regrading. Set it before `collect`, which needs it to apply an LMS's "
+        "LATE marks.",
+    )
+    p.add_argument("aid")
+    p.add_argument(
+        "--due", required=True, help='e.g. "2026-12-01 23:59 UTC" or "2026-12-01 23:59 Europe/Berlin"'
+    )
+    p.set_defaults(func=cmd_deadline)
+
+    p = sub.add_parser(
+        "extension",
+        help="give one student more time on an assignment (replaces an earlier extension)",
+        description="Extend STUDENT's due date on AID (nbgrader's per-submission extension, in the gradebook). "
+        "It replaces an earlier extension; --hours 0 removes it. The assignment must be released.",
+    )
+    p.add_argument("aid")
+    p.add_argument("student")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--hours", type=float, help="hours after the assignment's due date (0: no extension)")
+    when.add_argument("--until", help='the student\'s own due date, e.g. "2026-12-04 12:00 UTC"')
+    p.set_defaults(func=cmd_extension)
 
     p = sub.add_parser("report", help="pass rate per test and a score histogram")
     p.add_argument("aid")

@@ -54,6 +54,12 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None) -
             f"<tr><td>{e(cell.grade_id)}</td><td>{cell.points:g} / {cell.max_points:g}</td>"
             f"<td>{mark}</td><td>{e(cell.message)}</td></tr>"
         )
+        for group in cell.groups:  # partial credit: what each part of the test earned
+            mark = '<span class="pass">passed</span>' if group.passed else '<span class="fail">failed</span>'
+            rows.append(
+                f'<tr class="part"><td>&nbsp;&nbsp;{e(group.name)}</td><td>{group.points:g} / {group.max_points:g}</td>'
+                f"<td>{mark}</td><td>{e(group.message)}</td></tr>"
+            )
     notes = "".join(f"<li>{e(n)}</li>" for n in result.notes)
     score = "not graded" if result.is_error else f"{result.score:g} / {result.max_score:g}"
     if late and late.penalty:

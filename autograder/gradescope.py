@@ -75,7 +75,10 @@ def results_json(result: Result) -> dict:
             "score": cell.points,
             "max_score": cell.max_points,
             "status": "passed" if cell.passed else "failed",
-            "output": cell.message or "passed",
+            "output": "\n".join(
+                [cell.message or "passed"]
+                + [f"{g.name}: {g.points:g}/{g.max_points:g} {g.message or 'passed'}" for g in cell.groups]
+            ),
             "visibility": "visible",
         }
         for cell in result.cells

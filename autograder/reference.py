@@ -146,8 +146,53 @@ def source_inputs(nb: nbformat.NotebookNode) -> dict[str, str]:
     return found
 
 
+def case_groups(
+    grade_id: str, cases: list[Case], points: float, case_points: dict[str, float] | None = None
+) -> list[dict]:
+    """How a graded test cell's points are shared among its cases: ``[{"name", "cases", "points"}]``; a
+    group earns its points when every case in it passes.
+
+    By default the cell's public checks (the ones the student reads and runs) are one group and each
+    hidden case is a group of its own, all worth the same share. A source may instead give points per case
+    or per group in the cell's metadata, ``{"dlcourse": {"case_points": {"a4.export.*": 10, ...}}}``
+    (keys are case names or ``fnmatch`` patterns, first match wins); cases no key matches share what is
+    left. Shares are in hundredths of a point and always add up to the cell's points exactly.
+    """
+    import fnmatch
+
+    names = [c.name for c in cases]
+    groups: dict[str, list[str]] = {}
+    if case_points:
+        for name in names:
+            key = next((k for k in case_points if fnmatch.fnmatchcase(name, k)), "the other cases")
+            groups.setdefault(key, []).append(name)
+        unused = [k for k in case_points if k not in groups]
+        if unused:
+            raise ValueError(
+                f"{grade_id}: case_points names no case of this cell: {unused} (its cases: {names})"
+            )
+        given = sum(case_points.values())
+        if given > points + 1e-9 or (given < points - 1e-9 and "the other cases" not in groups):
+            raise ValueError(
+                f"{grade_id}: case_points give {given:g} points, the cell is worth {points:g}"
+                + ("" if given > points else " and no case is left to take the rest")
+            )
+        shares = {k: float(case_points[k]) if k in case_points else points - given for k in groups}
+    else:
+        public = [c.name for c in cases if c.public]
+        if public:
+            groups["the public checks"] = public
+        for c in cases:
+            if not c.public:
+                groups[c.name] = [c.name]
+        cents, count = round(points * 100), len(groups)
+        shares = {k: (cents // count + (i < cents % count)) / 100 for i, k in enumerate(groups)}
+    return [{"name": k, "cases": v, "points": shares[k]} for k, v in groups.items()]
+
+
 def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
-    """Prefix every graded test cell with a ``begin_cell`` marker; return their ids and points."""
+    """Prefix every graded test cell with a ``begin_cell`` marker; return their ids, points and any
+    points per case the source gives (``metadata.dlcourse.case_points``)."""
     cells = {}
     for cell in nb.cells:
         if is_graded_test(cell):
@@ -156,6 +201,9 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
             if grade_id in cells:
                 raise ValueError(f"two graded cells share the grade_id {grade_id!r}")
             cells[grade_id] = {"points": float(meta.get("points", 0)), "cases": []}
+            case_points = cell.metadata.get("dlcourse", {}).get("case_points")
+            if case_points:
+                cells[grade_id]["case_points"] = case_points
             cell.source = f"import dlcourse.grading as _dlg; _dlg.begin_cell({grade_id!r})\n" + cell.source
     return cells
 
@@ -230,6 +278,10 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         if empty:
             raise ValueError(
                 f"{aid}: graded test cells without any check(...) case cannot be graded: {empty}"
+            )
+        for grade_id, cell in cells.items():
+            cell["groups"] = case_groups(
+                grade_id, [cases[n] for n in cell["cases"]], cell["points"], cell.pop("case_points", None)
             )
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:

@@ -23,19 +23,39 @@ STATUS = {
 
 
 @dataclass
+class GroupResult:
+    """A group of a test cell's cases (the public checks, a hidden case, or a group the source named):
+    its share of the cell's points, earned when every case in it passes."""
+
+    name: str
+    points: float
+    max_points: float
+    passed: bool
+    message: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GroupResult:
+        return cls(**_known(cls, data))
+
+
+@dataclass
 class CellResult:
-    """One graded test cell: the points it earned, and why."""
+    """One graded test cell: the points it earned, and why. ``passed`` only when every case passed; the
+    points are the sum of its groups' (partial credit), shown per group when there are several."""
 
     grade_id: str
     points: float
     max_points: float
     passed: bool
-    message: str = ""
+    message: str = ""  # the first failing case's, in plain words
     kernel_verdict: str = "not run"  # "passed", "failed", "not run": the kernel's own (untrusted) view
+    groups: list[GroupResult] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict) -> CellResult:
-        return cls(**_known(cls, data))
+        known = _known(cls, data)
+        known["groups"] = [GroupResult.from_dict(g) for g in data.get("groups", [])]
+        return cls(**known)
 
 
 @dataclass

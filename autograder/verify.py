@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.reference import Reference
-from autograder.result import CellResult
+from autograder.result import CellResult, GroupResult
 from dlcourse.grading import Case, compare, load_cases, load_expected
 
 
@@ -69,22 +69,30 @@ def tampered_public_check(
     return expected is None or compare(trusted, expected, values[name]) is not None
 
 
+def case_problem(reference: Reference, values: dict, name: str, entry: dict | None) -> str:
+    """Why the case ``name`` fails ("" when it passes), in plain words."""
+    if name not in values:
+        return f"{name}: {_why_missing(entry)}"
+    return compare(reference.cases[name], reference.values[name], values[name]) or ""
+
+
 def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
     for grade_id, cell in reference.cells.items():
         entry = kernel.get(grade_id)
-        message = ""
-        for name in cell["cases"]:
-            if name not in values:
-                message = f"{name}: {_why_missing(entry)}"
-                break
-            problem = compare(reference.cases[name], reference.values[name], values[name])
-            if problem:
-                message = problem
-                break
-        passed = not message
+        # a reference from before points per case: the whole cell is one group
+        groups = cell.get("groups") or [{"name": grade_id, "cases": cell["cases"], "points": cell["points"]}]
+        results = []
+        for group in groups:
+            message = next(
+                (m for m in (case_problem(reference, values, n, entry) for n in group["cases"]) if m), ""
+            )
+            earned = 0.0 if message else group["points"]
+            results.append(GroupResult(group["name"], earned, group["points"], not message, message))
+        failed = [g for g in results if not g.passed]
+        message = failed[0].message if failed else ""
         if entry is None:
             seen = "not run"
         else:
@@ -99,6 +107,9 @@ def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
                 f"{grade_id}: the kernel reported this test cell as passing, but one of its public checks "
                 "fails when its own comparison is redone outside the kernel (the notebook may tamper with the tests)"
             )
-        points = cell["points"] if passed else 0.0
-        verdict.cells.append(CellResult(grade_id, points, cell["points"], passed, message, seen))
+        points = round(sum(g.points for g in results), 2)
+        groups_shown = results if len(results) > 1 else []
+        verdict.cells.append(
+            CellResult(grade_id, points, cell["points"], not failed, message, seen, groups_shown)
+        )
     return verdict

@@ -158,3 +158,78 @@ def test_a_result_reads_back_as_it_was_written(tmp_path):
         from autograder.record import Recorder
 
         Recorder.record(None, "T1", error)
+
+
+# ----------------------------------------------------------------------------- partial credit per case
+
+
+def cases(*names: str):
+    from dlcourse.grading import Case
+
+    return [Case(n, "close", {}, "cell", public=n.endswith(".public")) for n in names]
+
+
+# cases of a cell worth 25, the source's case_points -> the groups' (name, cases, points)
+GROUPINGS = [
+    (["a.public", "a.hidden1", "a.hidden2"], None,
+     [("the public checks", ["a.public"], 8.34), ("a.hidden1", ["a.hidden1"], 8.33), ("a.hidden2", ["a.hidden2"], 8.33)]),
+    (["a.public", "b.public"], None, [("the public checks", ["a.public", "b.public"], 25.0)]),
+    (["a.hidden1", "a.hidden2", "b.hidden"], {"a.*": 20},
+     [("a.*", ["a.hidden1", "a.hidden2"], 20.0), ("the other cases", ["b.hidden"], 5.0)]),
+    (["a.hidden1", "b.hidden"], {"b.hidden": 15, "a.hidden1": 10},
+     [("a.hidden1", ["a.hidden1"], 10.0), ("b.hidden", ["b.hidden"], 15.0)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("names, case_points, expected", GROUPINGS)
+def test_a_cells_points_are_shared_among_its_cases(names, case_points, expected):
+    from autograder.reference import case_groups
+
+    groups = case_groups("cell", cases(*names), 25.0, case_points)
+    assert [(g["name"], g["cases"], g["points"]) for g in groups] == expected
+    assert sum(g["points"] for g in groups) == pytest.approx(25.0)
+
+
+@pytest.mark.parametrize(
+    "case_points, words",
+    [({"a.*": 30}, "give 30 points, the cell is worth 25"), ({"a.hidden1": 10, "a.hidden2": 10}, "no case is left"),
+     ({"z.*": 5}, "names no case of this cell")],
+)  # fmt: skip
+def test_case_points_that_do_not_add_up_are_refused(case_points, words):
+    from autograder.reference import case_groups
+
+    with pytest.raises(ValueError, match=words):
+        case_groups("cell", cases("a.hidden1", "a.hidden2"), 25.0, case_points)
+
+
+def test_a_failing_hidden_case_costs_only_its_share(tmp_path):
+    import numpy as np
+
+    from autograder.reference import CELLS_FILE, case_groups, load_reference
+    from autograder.verify import verify
+    from tests.test_grader_trust import record
+
+    reference_dir, capture = tmp_path / "reference", tmp_path / "capture"
+    names = ["a.public", "a.hidden1", "a.hidden2"]
+    for name in names:
+        record(reference_dir, name, [1.0, 2.0], public=name.endswith(".public"))
+    groups = case_groups("cell", cases(*names), 25.0)
+    (reference_dir / CELLS_FILE).write_text(
+        json.dumps({"cell": {"points": 25, "cases": names, "groups": groups}})
+    )
+    reference = load_reference(reference_dir)
+    record(capture, "a.public", [1.0, 2.0], expected=np.array([1.0, 2.0]))
+    record(capture, "a.hidden1", [1.0, 2.5], public=False)  # wrong; a.hidden2 never recorded
+    verdict = verify(reference, capture, {"cells": [{"grade_id": "cell", "status": "ok"}]})
+    (cell,) = verdict.cells
+    assert (cell.points, cell.max_points, cell.passed) == (8.34, 25.0, False)
+    assert [(g.name, g.points, g.passed) for g in cell.groups] == [
+        ("the public checks", 8.34, True),
+        ("a.hidden1", 0.0, False),
+        ("a.hidden2", 0.0, False),
+    ]
+    assert cell.message.startswith("a.hidden1:") and "not checked" in cell.groups[2].message
+    # a reference made before groups existed: the cell is all or nothing, as it was
+    (reference_dir / CELLS_FILE).write_text(json.dumps({"cell": {"points": 25, "cases": names}}))
+    (old,) = verify(load_reference(reference_dir), capture, {"cells": []}).cells
+    assert (old.points, old.groups) == (0.0, [])

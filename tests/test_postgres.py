@@ -119,3 +119,36 @@ def test_two_graders_share_one_postgres_gradebook(postgres_url, tmp_path):
         scores = {s.student.id: s.score for s in gb.find_assignment("T1").submissions}
     assert scores == {"pg_full": 100, "pg_half": 40}
     assert not (course.root / "gradebook.db").exists(), "nothing went to a local SQLite file"
+
+
+def test_deadline_and_extension_on_postgres(postgres_url, tmp_path, monkeypatch):
+    from datetime import datetime
+
+    from autograder import cli
+    from autograder.late import deadlines, late_penalty, write_timestamp
+    from autograder.record import Recorder
+    from autograder.result import CellResult, Result
+
+    course = Course(root=make_course(tmp_path / "late"), db=postgres_url)
+    release(course, ["T1"])
+    monkeypatch.setenv("DLCOURSE_DB_URL", postgres_url)  # the command line's course uses it
+    for args in (
+        ["deadline", "T1", "--due", "2026-12-01 23:59 UTC"],
+        ["extension", "T1", "pg_ext", "--hours", "24"],
+    ):
+        assert cli.main(["--course", str(course.root), *args]) == 0
+    known = deadlines(course, "T1")
+    assert str(known.due) == "2026-12-01 23:59:00" and str(known.due_for("pg_ext")) == "2026-12-02 23:59:00"
+    for sid in ("pg_ext", "pg_late"):  # both handed in half a day late; one had a day more
+        submit(course, sid, filled(course, "T1"))
+        write_timestamp(course.submission("T1", sid).parent, datetime(2026, 12, 2, 12, 0))
+    result = Result("pg_late", "T1", max_score=100, score=40, status="graded",
+                    cells=[CellResult("test_square", 40, 40, True), CellResult("test_scale", 0, 60, False)])  # fmt: skip
+    with Recorder(postgres_url) as recorder:
+        recorder.record("T1", result)
+        recorder.record("T1", Result("pg_ext", "T1", max_score=100, score=0, status="graded"))
+        assert recorder.gradebook.find_submission("T1", "pg_ext").extension.total_seconds() == 24 * 3600
+    assert late_penalty(course, "T1", result).seconds_late == 12 * 3600 + 60
+    extended = Result("pg_ext", "T1", max_score=100, score=40, status="graded")
+    assert late_penalty(course, "T1", extended).seconds_late == 0
+    assert not (course.root / "gradebook.db").exists(), "nothing went to a local SQLite file"
