@@ -138,7 +138,14 @@ def cmd_report(args) -> int:
 
 
 def cmd_similarity(args) -> int:
-    from autograder.similarity import THRESHOLD, write_similarity
+    try:
+        from autograder.similarity import THRESHOLD, write_similarity
+    except ModuleNotFoundError as err:  # the grader's extra is not installed
+        print(
+            f"error: similarity needs {err.name}: `make setup`, or pip install 'dlcourse[grader]'",
+            file=sys.stderr,
+        )
+        return 2
 
     threshold = THRESHOLD if args.threshold is None else args.threshold
     print(f"flagging pairs with a similarity of {threshold:g} or more (--threshold to change)")
