@@ -17,7 +17,6 @@ never a verdict.
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import io
 import itertools
@@ -31,6 +30,7 @@ from copydetect.detector import CodeFingerprint, compare_files
 from copydetect.utils import filter_code, hashed_kgrams, highlight_overlap
 
 from autograder.course import Course, is_solution, nbgrader_meta
+from autograder.export import write_csv
 from autograder.repair import repair
 
 NOISE = defaults.NOISE_THRESHOLD  # shortest run of normalised characters that counts as shared (k)
@@ -255,23 +255,11 @@ def write_similarity(
     out_dir.mkdir(parents=True, exist_ok=True)
     page = out_dir / "similarity.html"
     page.write_text(render(result), encoding="utf-8")
-    table = out_dir / "similarity.csv"
-    with open(table, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(
-            ["rank", "student_a", "student_b", "similarity", "overall", "shared", "flagged", "cells"]
-        )
-        for rank, p in enumerate(result.pairs, 1):
-            cells = "; ".join(f"{c.grade_id}={c.score:.3f}" for c in p.cells)
-            row = [
-                rank,
-                p.first,
-                p.second,
-                f"{p.score:.3f}",
-                f"{p.overall:.3f}",
-                p.shared,
-                int(p.flagged),
-                cells,
-            ]
-            writer.writerow(row)
+    header = ["rank", "student_a", "student_b", "similarity", "overall", "shared", "flagged", "cells"]
+    rows = [
+        [rank, p.first, p.second, f"{p.score:.3f}", f"{p.overall:.3f}", p.shared, int(p.flagged),
+         "; ".join(f"{c.grade_id}={c.score:.3f}" for c in p.cells)]
+        for rank, p in enumerate(result.pairs, 1)
+    ]  # fmt: skip
+    table = write_csv(out_dir / "similarity.csv", header, rows)
     return result, page, table
