@@ -154,30 +154,76 @@ class GpuPeak:
 
 
 # Dense figures (no structured sparsity) from NVIDIA's data sheets and architecture white papers.
-# tf32/fp16/bf16 are tensor-core rates; None where the chip has no such tensor-core mode.
+# tf32/fp16/bf16 are tensor-core rates; None where the chip has no such tensor-core mode. One entry per
+# variant whose figures differ: an A100 with 40 GB of HBM2 has 1,555 GB/s, with 80 GB 2,039 (SXM) or
+# 1,935 (PCIe); an H100 PCIe has fewer SMs, a lower clock and HBM2e instead of HBM3.
 GPU_PEAKS: dict[str, GpuPeak] = {
     p.name: p
     for p in (
         GpuPeak("Tesla T4", 40, 64, 1.59, 8.1, None, 65.0, None, 320, "NVIDIA T4 data sheet"),
         GpuPeak("Tesla V100", 80, 64, 1.53, 15.7, None, 125.0, None, 900, "NVIDIA V100 data sheet (SXM2)"),
+        GpuPeak(
+            "Tesla V100 PCIe", 80, 64, 1.38, 14.0, None, 112.0, None, 900, "NVIDIA V100 data sheet (PCIe)"
+        ),
         GpuPeak("Titan RTX", 72, 64, 1.77, 16.3, None, 130.0, None, 672, "NVIDIA Turing white paper"),
         GpuPeak("RTX 3090", 82, 128, 1.70, 35.6, 35.6, 71.0, 71.0, 936, "NVIDIA Ampere GA102 white paper"),
         GpuPeak("A100", 108, 64, 1.41, 19.5, 156.0, 312.0, 312.0, 2039, "NVIDIA A100 data sheet (SXM 80GB)"),
+        GpuPeak(
+            "A100 80GB PCIe", 108, 64, 1.41, 19.5, 156.0, 312.0, 312.0, 1935, "NVIDIA A100 data sheet (PCIe)"
+        ),
+        GpuPeak("A100 40GB", 108, 64, 1.41, 19.5, 156.0, 312.0, 312.0, 1555, "NVIDIA A100 data sheet (40GB)"),
         GpuPeak("L4", 58, 128, 2.04, 30.3, 60.0, 121.0, 121.0, 300, "NVIDIA L4 data sheet"),
         GpuPeak("H100", 132, 128, 1.98, 67.0, 494.7, 989.4, 989.4, 3350, "NVIDIA H100 data sheet (SXM)"),
+        GpuPeak(
+            "H100 PCIe", 114, 128, 1.755, 51.0, 378.0, 756.0, 756.0, 2000, "NVIDIA H100 data sheet (PCIe)"
+        ),
         GpuPeak("H200", 132, 128, 1.98, 67.0, 494.7, 989.4, 989.4, 4800, "NVIDIA H200 data sheet (SXM)"),
     )
 }
 
+# Brand words that some drivers put before the model and others do not ("NVIDIA GeForce RTX 3090",
+# "Tesla T4", "NVIDIA TITAN RTX").
+_GPU_BRAND_WORDS = ("nvidia", "tesla", "geforce")
+
+# The names ``torch.cuda.get_device_name`` reports, normalised by :func:`normalise_gpu_name`, for each
+# entry of GPU_PEAKS. Exact matches only: a name that is not here (an L40S, an A100 MIG slice, an H100 NVL,
+# an RTX 3090 Ti) has different figures, and no figures are better than a neighbour's.
+GPU_REPORTED_NAMES: dict[str, str] = {
+    "t4": "Tesla T4",
+    "v100 sxm2 16gb": "Tesla V100",
+    "v100 sxm2 32gb": "Tesla V100",
+    "v100 pcie 16gb": "Tesla V100 PCIe",
+    "v100 pcie 32gb": "Tesla V100 PCIe",
+    "titan rtx": "Titan RTX",
+    "rtx 3090": "RTX 3090",
+    "a100 sxm4 80gb": "A100",
+    "a100 80gb pcie": "A100 80GB PCIe",
+    "a100 sxm4 40gb": "A100 40GB",
+    "a100 pcie 40gb": "A100 40GB",
+    "l4": "L4",
+    "h100 80gb hbm3": "H100",
+    "h100 pcie": "H100 PCIe",
+    "h200": "H200",
+}
+
+
+def normalise_gpu_name(device_name: str) -> str:
+    """Lower case, dashes and underscores as spaces, single spaces, leading brand words dropped:
+    'NVIDIA A100-SXM4-40GB' -> 'a100 sxm4 40gb', 'Tesla T4' -> 't4'."""
+    words = device_name.lower().replace("-", " ").replace("_", " ").split()
+    while words and words[0] in _GPU_BRAND_WORDS:
+        words.pop(0)
+    return " ".join(words)
+
 
 def gpu_peak(device_name: str) -> GpuPeak | None:
-    """The published figures for a GPU by (part of) the name torch reports, e.g. 'NVIDIA A100-SXM4-40GB'."""
-    name = device_name.lower()
-    for key in sorted(GPU_PEAKS, key=len, reverse=True):
-        short = key.lower().replace("tesla ", "")
-        if short in name:
-            return GPU_PEAKS[key]
-    return None
+    """The published figures for a GPU by the name torch reports (``torch.cuda.get_device_name()``,
+    e.g. 'NVIDIA A100-SXM4-40GB') or by its key in GPU_PEAKS; None for any other name."""
+    name = normalise_gpu_name(device_name)
+    key = GPU_REPORTED_NAMES.get(name)
+    if key is None:
+        key = next((k for k in GPU_PEAKS if normalise_gpu_name(k) == name), None)
+    return GPU_PEAKS[key] if key is not None else None
 
 
 @dataclass(frozen=True)

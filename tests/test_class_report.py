@@ -73,4 +73,5 @@ def test_class_report_page_shows_failures_flags_errors_and_links(tmp_path):
     assert len(links) == 6 and all((out / link).resolve().is_file() for link in links)
     assert "../feedback/ben/T1/T1.html" in links
     ann = re.search(r"<tr><td>ann</td>(.*?)</tr>", page, re.S).group(1)
-    assert re.findall(r"<td class=num>([^<]*)</td>", ann)[1:] == ["4.2", "3.5", "812"]  # seconds, in sandbox, MB
+    seconds, in_sandbox, megabytes = re.findall(r"<td class=num>([^<]*)</td>", ann)[1:]
+    assert (seconds, in_sandbox, megabytes) == ("4.2", "3.5", "812")

@@ -123,7 +123,7 @@ def two_layer_bias(c: Checker, fn) -> None:
         "grad_b2": numeric_gradient(lambda v: _relu_net_with_bias(x, y, w1, b1, w2, v), b2.copy()),
     }
     hints = {
-        "grad_w1": "grad_w1 = x.T @ grad_h, with grad_h zeroed where h < 0",
+        "grad_w1": "grad_w1 = x.T @ grad_h, with grad_h zeroed where h <= 0",
         "grad_b1": "a bias added to every row collects the sum over rows: grad_h.sum(axis=0)",
         "grad_w2": "grad_w2 = h_relu.T @ grad_y_pred",
         "grad_b2": "a bias added to every row collects the sum over rows: grad_y_pred.sum(axis=0)",
