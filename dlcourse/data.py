@@ -4,6 +4,8 @@
   ``Dataset`` and a ``tf.data.Dataset``, always the same split.
 - The lectures' running example: random inputs and targets for the two-layer net,
   ``N, D_in, H, D_out = 64, 1000, 100, 10``.
+- Generated images of four shapes (lecture 13): random position, size, rotation and noise, any number of them,
+  the same for the same seed.
 - Optional downloads (MNIST on Colab), cached and checked against a SHA-256, that fall back to the
   digits with a clear message when there is no network.
 """
@@ -210,3 +212,60 @@ def load_mnist_test(fallback: bool = True) -> tuple[np.ndarray, np.ndarray, str]
         print(f"MNIST is not available ({err}); using the offline 8x8 digits instead.")
         split = load_digits_split()
         return split.X_test.reshape(-1, 8, 8), split.y_test, "digits"
+
+
+# The procedurally generated shapes of lecture 13, in label order.
+SHAPE_CLASSES = ("circle", "square", "triangle", "cross")
+
+
+def _shape_distance(label: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Signed distance, in units of the shape's radius, from the point (u, v) of the shape's own frame to
+    the edge of shape ``label``: negative inside. The four shapes cover about the same area (~2)."""
+    au, av = np.abs(u), np.abs(v)
+    if label == 0:  # circle of radius 0.8
+        return np.sqrt(u * u + v * v) - 0.8
+    if label == 1:  # square of half-side 0.7
+        return np.maximum(au, av) - 0.7
+    if label == 2:  # equilateral triangle, apex up, inradius 0.6
+        return np.maximum(-v - 0.6, (np.float32(np.sqrt(3.0)) * au + v) / 2 - 0.6)
+    if label == 3:  # plus sign: two bars of half-length 1 and half-width 0.3
+        return np.minimum(np.maximum(au - 1.0, av - 0.3), np.maximum(au - 0.3, av - 1.0))
+    raise ValueError(f"no shape with label {label}")
+
+
+def shapes_dataset(
+    n: int, size: int = 32, seed: int = 0, noise: float = 0.3
+) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` grey images of simple shapes, generated: ``images`` float32 (n, 1, size, size) and
+    ``labels`` int64 (n,), an index into :data:`SHAPE_CLASSES` (circle, square, triangle, cross).
+
+    Each image holds one shape at a random position, scale (radius 20-40% of the image), rotation and
+    brightness (0.6-1.0 on a background of 0), with anti-aliased edges, plus Gaussian pixel noise of
+    standard deviation ``noise``. The classes are balanced (their counts differ by at most one) and come in
+    random order. The same arguments always give the same images; nothing is downloaded.
+    """
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % len(SHAPE_CLASSES)).astype(np.int64)
+    radius = rng.uniform(0.2, 0.4, n) * size  # in pixels
+    centre_x, centre_y = (radius + rng.uniform(0.0, 1.0, (2, n)) * (size - 2 * radius)).astype(np.float64)
+    angle = rng.uniform(0.0, 2 * np.pi, n)
+    brightness = rng.uniform(0.6, 1.0, n)
+    images = rng.standard_normal((n, size, size), dtype=np.float32)
+    images *= noise
+
+    # float32 throughout: half the memory traffic of float64, and precise enough for pixels.
+    radius, centre_x, centre_y, angle = (a.astype(np.float32) for a in (radius, centre_x, centre_y, angle))
+    pixels = np.arange(size, dtype=np.float32) + 0.5  # pixel centres
+    for label in range(len(SHAPE_CLASSES)):
+        idx = np.flatnonzero(labels == label)
+        if idx.size == 0:
+            continue
+        r = radius[idx, None, None]
+        dx = pixels[None, None, :] - centre_x[idx, None, None]
+        dy = pixels[None, :, None] - centre_y[idx, None, None]
+        cos, sin = np.cos(angle[idx])[:, None, None], np.sin(angle[idx])[:, None, None]
+        u, v = (dx * cos + dy * sin) / r, (dy * cos - dx * sin) / r
+        # 1 inside, 0 outside, a ramp one pixel wide across the edge (distance in pixels = distance * r).
+        coverage = np.clip(0.5 - _shape_distance(label, u, v) * r, 0.0, 1.0)
+        images[idx] += brightness[idx, None, None].astype(np.float32) * coverage
+    return images[:, None], labels
