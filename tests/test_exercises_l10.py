@@ -1,4 +1,7 @@
-"""Lecture 10's self-checks pass a correct answer and fail a wrong one or a stub."""
+"""Lecture 10's self-checks reject wrong answers and stubs.
+
+The checks' positive control is the lecture's own hidden solution, run by tests/test_lectures.py; this
+file shows the checks reject wrong answers and stubs."""
 
 from __future__ import annotations
 
@@ -11,22 +14,6 @@ from dlcourse import check
 
 def stub(*_args):
     raise NotImplementedError
-
-
-def peak_tflops(sms, units_per_sm, flops_per_cycle, ghz):
-    return sms * units_per_sm * flops_per_cycle * ghz / 1e3
-
-
-def matmul_intensity(n, m, k, bytes_per_element):
-    return 2 * n * m * k / (bytes_per_element * (n * k + k * m + n * m))
-
-
-def smallest_compute_bound_n(peak_flops, bandwidth, bytes_per_element=4):
-    return math.ceil(3 * bytes_per_element * peak_flops / (2 * bandwidth))
-
-
-def test_peak_tflops_passes_a_correct_answer():
-    assert check("l10.peak_tflops", peak_tflops, show=False).passed
 
 
 @pytest.mark.parametrize(
@@ -43,10 +30,6 @@ def test_peak_tflops_fails_wrong_answers(wrong):
     assert not check("l10.peak_tflops", wrong, show=False).passed
 
 
-def test_matmul_intensity_passes_a_correct_answer():
-    assert check("l10.matmul_intensity", matmul_intensity, show=False).passed
-
-
 @pytest.mark.parametrize(
     "wrong",
     [
@@ -59,10 +42,6 @@ def test_matmul_intensity_passes_a_correct_answer():
 )
 def test_matmul_intensity_fails_wrong_answers(wrong):
     assert not check("l10.matmul_intensity", wrong, show=False).passed
-
-
-def test_smallest_compute_bound_n_passes_a_correct_answer():
-    assert check("l10.smallest_compute_bound_n", smallest_compute_bound_n, show=False).passed
 
 
 @pytest.mark.parametrize(
