@@ -52,9 +52,10 @@ class Job:
     isolation: Isolation
     private: tuple[str, ...] = ()  # folders the kernel must not see
     path: str = ""  # the notebook, when it is not in submitted/ (the canary's)
+    compile_cache: str = ""  # the reference run's torch.compile caches, copied into each run
 
     def sandbox(self, slot: int = 0) -> Sandbox:
-        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
+        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private, self.compile_cache)
 
 
 def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
@@ -311,8 +312,10 @@ def grade(
     warm = frameworks_used(course, aid)
     inputs = source_inputs(course.read_source(aid))
     private = course.private_folders()
+    cache = str(reference.compile_cache or "")
     jobs = [
-        Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private) for sid in todo
+        Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private, "", cache)
+        for sid in todo
     ]
     results: list[Result] = []
     with Recorder(course.db_url) as recorder:

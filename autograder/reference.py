@@ -30,6 +30,7 @@ import nbformat
 import numpy as np
 
 from autograder.course import Course, is_graded_test, nbgrader_meta
+from autograder.sandbox import COMPILE_CACHE
 from dlcourse.grading import Case, compare, load_cases
 
 CELLS_FILE = "cells.json"
@@ -66,6 +67,12 @@ class Reference:
     @property
     def digest(self) -> str:
         return (self.directory / STAMP_FILE).read_text()
+
+    @property
+    def compile_cache(self) -> Path | None:
+        """torch.compile's caches as the source's run left them (None when it compiled nothing)."""
+        folder = self.directory / COMPILE_CACHE
+        return folder if folder.is_dir() else None
 
 
 def environment() -> dict[str, str]:
@@ -298,6 +305,9 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(capture, target)
+        compiled = runs[1][1].scratch / "home" / COMPILE_CACHE
+        if compiled.is_dir() and any(compiled.iterdir()):  # the source used torch.compile
+            shutil.copytree(compiled, target / COMPILE_CACHE, symlinks=True)
     finally:
         for sandbox, _ in runs.values():
             sandbox.cleanup()

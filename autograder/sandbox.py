@@ -37,6 +37,7 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # processes, and the package stores whose programs point into one another. Every other folder at / is
 # covered: a copy of a course in /srv or /work, a data disk under /mnt, /opt, /var, /run's sockets.
 KEPT_AT_ROOT = (*SYSTEM_DIRS, "/dev", "/proc", "/sys", "/nix", "/gnu")
+COMPILE_CACHE = "compile-cache"  # under a run's home, and in the reference: torch.compile's caches
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
 UID_LOCKS = Path(tempfile.gettempdir()) / "dlcourse-uid-locks"
 
@@ -94,6 +95,9 @@ def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
         "IPYTHONDIR": str(home / "ipython"),
         "MPLCONFIGDIR": str(home / "mpl"),
         "MPLBACKEND": "Agg",
+        # torch.compile's caches: the run's own, seeded with a copy of the reference run's (Sandbox.prepare)
+        "TORCHINDUCTOR_CACHE_DIR": str(home / COMPILE_CACHE),
+        "TRITON_CACHE_DIR": str(home / COMPILE_CACHE / "triton"),
         **QUIET_ENV,
         "PYTHONDONTWRITEBYTECODE": "1",
         "DLCOURSE_CAPTURE": str(scratch / "capture"),
@@ -118,8 +122,10 @@ class Sandbox:
         warm: tuple[str, ...] = ("numpy",),
         isolation: Isolation | None = None,
         private: tuple[str, ...] = (),
+        compile_cache: str = "",
     ):
         self.limits, self.slot, self.warm = limits, slot, warm
+        self.compile_cache = compile_cache  # the reference run's torch.compile caches, copied in (trusted)
         self.isolation = isolation or resolve("auto")
         self.private = private  # folders no kernel may see (the course, the grader's workspace)
         self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
@@ -222,6 +228,11 @@ class Sandbox:
     def prepare(self) -> None:
         for sub in ("work", "capture", "home", "tmp"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+        # A private copy for this run: a correct solution compiles from the reference's cache, and nothing a
+        # student's code writes there reaches anyone else's run.
+        cache = self.scratch / "home" / COMPILE_CACHE
+        if self.compile_cache and Path(self.compile_cache).is_dir() and not cache.exists():
+            shutil.copytree(self.compile_cache, cache, symlinks=True)
         if self.uid is not None:
             for path in [self.scratch, *self.scratch.rglob("*")]:
                 os.chown(path, self.uid, self.uid)

@@ -233,3 +233,31 @@ def test_a_failing_hidden_case_costs_only_its_share(tmp_path):
     (reference_dir / CELLS_FILE).write_text(json.dumps({"cell": {"points": 25, "cases": names}}))
     (old,) = verify(load_reference(reference_dir), capture, {"cells": []}).cells
     assert (old.points, old.groups) == (0.0, [])
+
+
+def test_each_run_gets_its_own_copy_of_the_reference_compile_cache(tmp_path):
+    """torch.compile in a student's run starts from the reference run's cache, and what it writes there
+    stays in its own scratch."""
+    from autograder.isolation import Isolation
+    from autograder.sandbox import COMPILE_CACHE, Limits, Sandbox, _kernel_env
+
+    cache = tmp_path / "reference" / COMPILE_CACHE
+    (cache / "fxgraph").mkdir(parents=True)
+    (cache / "fxgraph" / "entry").write_text("compiled")
+    runs = [Sandbox(Limits(), isolation=Isolation("basic"), compile_cache=str(cache)) for _ in range(2)]
+    try:
+        for run in runs:
+            run.prepare()
+        own = [run.scratch / "home" / COMPILE_CACHE for run in runs]
+        assert [(c / "fxgraph" / "entry").read_text() for c in own] == ["compiled", "compiled"]
+        (own[0] / "fxgraph" / "entry").write_text("poisoned")
+        assert (
+            (own[1] / "fxgraph" / "entry").read_text()
+            == (cache / "fxgraph" / "entry").read_text()
+            == "compiled"
+        )
+        env = _kernel_env(runs[0].scratch, Limits())
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == str(own[0])
+    finally:
+        for run in runs:
+            run.cleanup()
