@@ -1,4 +1,7 @@
-"""The lecture 4 checks pass a correct answer and fail wrong ones and stubs."""
+"""Lecture 4's self-checks reject wrong answers and stubs.
+
+The checks' positive control is the lecture's own hidden solution, run by tests/test_lectures.py; this
+file shows the checks reject wrong answers and stubs."""
 
 from __future__ import annotations
 
@@ -14,21 +17,10 @@ def run(name, answer):
 
 
 def _loss(x, y, w1, w2):
-    return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+    return (x.mm(w1).relu().mm(w2) - y).pow(2).sum()
 
 
 # train_step ---------------------------------------------------------------------------------------
-
-
-def train_step(x, y, w1, w2, learning_rate):
-    loss = _loss(x, y, w1, w2)
-    loss.backward()
-    with torch.no_grad():
-        w1 -= learning_rate * w1.grad
-        w2 -= learning_rate * w2.grad
-        w1.grad.zero_()
-        w2.grad.zero_()
-    return loss.item()
 
 
 def train_step_no_zero(x, y, w1, w2, learning_rate):
@@ -50,7 +42,7 @@ def train_step_rebinds(x, y, w1, w2, learning_rate):
 
 
 def train_step_mean_loss(x, y, w1, w2, learning_rate):
-    loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).mean()
+    loss = (x.mm(w1).relu().mm(w2) - y).pow(2).mean()
     loss.backward()
     with torch.no_grad():
         for w in (w1, w2):
@@ -61,11 +53,6 @@ def train_step_mean_loss(x, y, w1, w2, learning_rate):
 
 def train_step_stub(x, y, w1, w2, learning_rate):
     raise NotImplementedError
-
-
-def test_train_step_passes_correct_answer():
-    report = run("train_step", train_step)
-    assert report.passed, str(report)
 
 
 @pytest.mark.parametrize(
@@ -83,7 +70,7 @@ def test_forgetting_zero_is_named_in_the_report():
 # Tanh ---------------------------------------------------------------------------------------------
 
 
-class Tanh(torch.autograd.Function):
+class TanhWrongBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         y = torch.tanh(x)
@@ -93,29 +80,33 @@ class Tanh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         (y,) = ctx.saved_tensors
-        return grad_y * (1 - y * y)
-
-
-class TanhWrongBackward(Tanh):
-    @staticmethod
-    def backward(ctx, grad_y):
-        (y,) = ctx.saved_tensors
         return grad_y * (1 - y)
 
 
-class TanhIgnoresUpstream(Tanh):
+class TanhIgnoresUpstream(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
     @staticmethod
     def backward(ctx, grad_y):
         (y,) = ctx.saved_tensors
         return 1 - y * y
 
 
-class TanhWrongForward(Tanh):
+class TanhWrongForward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         y = torch.sigmoid(x)
         ctx.save_for_backward(y)
         return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (y,) = ctx.saved_tensors
+        return grad_y * (1 - y * y)
 
 
 class TanhStub(torch.autograd.Function):
@@ -128,15 +119,16 @@ class TanhStub(torch.autograd.Function):
         raise NotImplementedError
 
 
-class TanhBackwardStub(Tanh):
+class TanhBackwardStub(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
     @staticmethod
     def backward(ctx, grad_y):
         raise NotImplementedError
-
-
-def test_tanh_passes_correct_answer():
-    report = run("Tanh", Tanh)
-    assert report.passed, str(report)
 
 
 @pytest.mark.parametrize(
@@ -147,12 +139,6 @@ def test_tanh_fails_wrong_answers(wrong):
 
 
 # microbatch_gradients ---------------------------------------------------------------------------------
-
-
-def microbatch_gradients(x, y, w1, w2, num_chunks):
-    for x_part, y_part in zip(x.chunk(num_chunks), y.chunk(num_chunks)):
-        _loss(x_part, y_part, w1, w2).backward()
-    return w1.grad.clone(), w2.grad.clone()
 
 
 def microbatch_gradients_zeroing(x, y, w1, w2, num_chunks):
@@ -172,11 +158,6 @@ def microbatch_gradients_averaging(x, y, w1, w2, num_chunks):
 
 def microbatch_gradients_stub(x, y, w1, w2, num_chunks):
     raise NotImplementedError
-
-
-def test_microbatch_gradients_passes_correct_answer():
-    report = run("microbatch_gradients", microbatch_gradients)
-    assert report.passed, str(report)
 
 
 @pytest.mark.parametrize(
