@@ -31,7 +31,13 @@ import sys
 
 if "google.colab" in sys.modules or os.environ.get("DLCOURSE_PIP"):
     %pip install --quiet "{{os.environ.get('DLCOURSE_PIP', '{PACKAGE_SPEC}')}}"
-import dlcourse
+try:
+    import dlcourse
+except ModuleNotFoundError as err:
+    raise ModuleNotFoundError(
+        "The course package is not installed. On Colab: read pip's message above (no network? then "
+        "Runtime > Restart session and run this cell again). Locally: run `make setup` and pick the .venv kernel."
+    ) from err
 
 dlcourse.banner()"""
 

@@ -99,6 +99,31 @@ def test_set_up_cell_installs_nothing_locally(tmp_path):
     assert "PIP CALLS []" in done.stdout and "Python" in done.stdout
 
 
+def test_set_up_cell_says_what_to_do_when_the_install_failed(tmp_path):
+    """A failed %pip (no network on Colab) must not end in a bare ModuleNotFoundError."""
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        "from IPython.testing.globalipapp import start_ipython\n"
+        "ip = start_ipython()\n"
+        "ip.register_magic_function(lambda line: None, 'line', 'pip')\n"
+        "sys.modules['dlcourse'] = None  # as if pip had installed nothing\n"
+        "sys.modules['google.colab'] = type(sys)('google.colab')\n"
+        f"result = ip.run_cell({SETUP_CELL!r})\n"
+        "print('ERROR', type(result.error_in_exec).__name__, result.error_in_exec)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert "ERROR ModuleNotFoundError The course package is not installed. On Colab" in done.stdout, (
+        done.stdout
+    )
+    assert "Restart session" in done.stdout
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     commands = re.findall(r"^\s*(make \w+)\s*$", readme.split("##", 1)[0], flags=re.M)
