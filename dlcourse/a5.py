@@ -1,10 +1,14 @@
 """Material for assignment A5 (training fast): recorded profiler tables and an activation-memory meter.
 
 No solutions live here: the tables are inputs that the assignment reads, and
-:func:`saved_activation_bytes` is the measuring instrument that the memory budget is checked against.
+:func:`saved_activation_bytes` (from :mod:`dlcourse.measure`) is the measuring instrument that the memory budget is checked against.
 """
 
 from __future__ import annotations
+
+from dlcourse.measure import saved_activation_bytes
+
+__all__ = ["PROFILE_TABLES", "profile_table", "saved_activation_bytes"]
 
 # ``torch.profiler`` key-averages tables, recorded once on a 2-core CPU (one torch thread) with torch 2.13 and kept
 # as text, so that every run of the assignment reads the same numbers:
@@ -75,25 +79,3 @@ Self CPU time total: 735.238ms
 def profile_table(name: str = "running_example") -> str:
     """One of the recorded key-averages tables (see :data:`PROFILE_TABLES`)."""
     return PROFILE_TABLES[name]
-
-
-def saved_activation_bytes(model, x) -> int:
-    """Bytes of the tensors that autograd keeps from ``model(x)``'s forward pass for the backward pass.
-
-    Counts each storage once (a view shares its base's memory) and leaves out the model's parameters,
-    which are not activations. Measured with ``torch.autograd.graph.saved_tensors_hooks``.
-    """
-    import torch
-
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(x)
-    return sum(saved.values())

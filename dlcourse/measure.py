@@ -271,3 +271,25 @@ def cpu_info() -> CpuInfo:
     else:
         isa, per_cycle = "unknown (assuming 128-bit SIMD with FMA)", 16
     return CpuInfo(model, cores, ghz, per_cycle, isa)
+
+
+def saved_activation_bytes(model, x) -> int:
+    """Bytes of the tensors that autograd keeps from ``model(x)``'s forward pass for the backward pass.
+
+    Counts each storage once (a view shares its base's memory) and leaves out the model's parameters,
+    which are not activations. Measured with ``torch.autograd.graph.saved_tensors_hooks``.
+    """
+    import torch
+
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        model(x)
+    return sum(saved.values())

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from dlcourse.closeness import to_numpy
+from dlcourse.measure import saved_activation_bytes
 from dlcourse.selfcheck import Checker
 
 
@@ -153,19 +154,7 @@ def _saved_activation_bytes(batch: int, sizes, dtype) -> int:
         layers.append(nn.Linear(d_in, d_out, dtype=dtype))
         if i < len(sizes) - 2:
             layers.append(nn.ReLU())
-    model = nn.Sequential(*layers)
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        model(torch.randn(batch, sizes[0], dtype=dtype))
-    return sum(saved.values())
+    return saved_activation_bytes(nn.Sequential(*layers), torch.randn(batch, sizes[0], dtype=dtype))
 
 
 def activation_bytes(c: Checker, fn) -> None:
