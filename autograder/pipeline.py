@@ -1,4 +1,5 @@
-"""The grading pipeline: collect -> repair -> run (sandboxed) -> verify -> record, for a whole class.
+"""The grading pipeline for a whole class: collect, then for each submission the declared :data:`STAGES`
+(repair -> sandbox_run -> verify -> keep -> status), then record.
 
 Submissions are graded in parallel by worker threads (each waits on its own sandboxed child, so the
 grader's process never runs student code), or by the workers of a Dask cluster. Each worker starts
