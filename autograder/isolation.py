@@ -67,8 +67,8 @@ class Isolation:
             ]
         elif self.namespaces:
             parts = [
-                "basic with namespaces (no network; course directory, grader workspace, home folders and /tmp hidden; "
-                "other processes and the rest of the file system visible; install bubblewrap for more)"
+                "basic with namespaces (no network; only the operating system's folders at /, Python and course "
+                "code visible, read-only; other processes visible; install bubblewrap for more)"
             ]
         else:
             parts = [

@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from autograder.course import Course
@@ -180,9 +181,7 @@ def demo(course: Course, out: Path, args) -> int:
             refused.append(aid)
             continue
         print()
-    shown = [
-        Result.from_dict({**r.to_dict(), "student_id": f"{r.assignment}/{r.student_id}"}) for r in graded
-    ]
+    shown = [replace(r, student_id=f"{r.assignment}/{r.student_id}") for r in graded]
     print(grade_table(shown))
     header = ["assignment", "student_id", "score", "max_score", "status", "reason"]
     write_csv(out / "grades.csv", header, [[r.assignment, *result_row(r)[:5]] for r in graded])
