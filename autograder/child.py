@@ -170,14 +170,11 @@ def main() -> None:
         sys.exit(probe(args.hide, args.reveal))
 
     import nbformat
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from nbclient.util import run_sync
 
     scratch = Path(args.scratch)
     work = scratch / "work"
     client = make_client(args.cell_timeout)
-    summary: dict = {"cells": [], "stopped": None, "timings": {}}
-    timings = summary["timings"]
+    timings: dict = {}
     started = time.perf_counter()
     with client.setup_kernel(cwd=str(work)):
         timings["kernel_start"] = time.perf_counter() - started
@@ -191,27 +188,38 @@ def main() -> None:
         client.execute_cell(warm, 0)
         timings["imports"] = time.perf_counter() - started
         print(READY, flush=True)
-        path = sys.stdin.readline().strip()
-        if not path:
-            return
-        nb = nbformat.read(path, as_version=4)
-        started = time.perf_counter()
-        try:
-            run_cells(client, nb, summary["cells"])
-        except (CellTimeoutError, DeadKernelError) as err:
-            summary["stopped"] = type(err).__name__
-        except Exception as err:  # the runner itself failed: say so, never hide it
-            summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
-        timings["notebook"] = time.perf_counter() - started
-        try:
-            nbformat.write(nb, str(scratch / "executed.ipynb"))
-        except Exception:
-            pass
-        (scratch / "run.json").write_text(json.dumps(summary))
-        # Done: kill the kernel at once (a polite shutdown waits seconds) and leave without cleanup.
-        run_sync(client.km.shutdown_kernel)(now=True)
-        sys.stdout.flush()
+        run_notebook(client, scratch, timings)
+
+
+def run_notebook(client, scratch: Path, timings: dict) -> None:
+    """After READY: read the notebook's path from stdin, run it cell by cell in the client's kernel, write
+    ``executed.ipynb`` and ``run.json``, kill the kernel and leave at once (never returns)."""
+    import nbformat
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbclient.util import run_sync
+
+    summary: dict = {"cells": [], "stopped": None, "timings": timings}
+    path = sys.stdin.readline().strip()
+    if not path:
         os._exit(0)
+    nb = nbformat.read(path, as_version=4)
+    started = time.perf_counter()
+    try:
+        run_cells(client, nb, summary["cells"])
+    except (CellTimeoutError, DeadKernelError) as err:
+        summary["stopped"] = type(err).__name__
+    except Exception as err:  # the runner itself failed: say so, never hide it
+        summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
+    timings["notebook"] = time.perf_counter() - started
+    try:
+        nbformat.write(nb, str(scratch / "executed.ipynb"))
+    except Exception:
+        pass
+    (scratch / "run.json").write_text(json.dumps(summary))
+    # Done: kill the kernel at once (a polite shutdown waits seconds) and leave without cleanup.
+    run_sync(client.km.shutdown_kernel)(now=True)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

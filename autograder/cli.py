@@ -15,7 +15,7 @@ from autograder.sandbox import Limits
 def add_grading_options(p: argparse.ArgumentParser) -> None:
     import os
 
-    from autograder.isolation import MODES
+    from autograder.isolation import MODES, RUNNERS
 
     default = Limits()  # the one set of defaults, shared with the Gradescope path
     p.add_argument(
@@ -41,7 +41,13 @@ def add_grading_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--isolation", choices=MODES, default="auto",
-        help="bubblewrap (refused where missing), basic (never bubblewrap), auto (bubblewrap where it works; default)",
+        help="bubblewrap (refused where missing), basic (never bubblewrap; namespaces where the kernel allows), "
+        "auto (basic with namespaces where they can be made, else bubblewrap, else basic; default)",
+    )  # fmt: skip
+    p.add_argument(
+        "--runner", choices=RUNNERS, default="auto",
+        help="fork: kernels forked from a warm parent per worker (fast; the default except with bubblewrap); "
+        "spawn: a fresh interpreter per submission",
     )  # fmt: skip
     p.add_argument(
         "--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)"

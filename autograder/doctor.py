@@ -9,7 +9,7 @@ from autograder.canary import probe_isolation, prove
 from autograder.course import Course
 from autograder.isolation import INSTALL_BUBBLEWRAP, IsolationError, bubblewrap, resolve
 from autograder.reference import environment
-from autograder.workflows import limits_from
+from autograder.workflows import isolation_from, limits_from
 
 
 def doctor(course: Course, args, aids: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
         print(f"  to get the full sandbox: {INSTALL_BUBBLEWRAP}")
     limits = limits_from(args)
     try:
-        isolation = resolve(args.isolation)
+        isolation = isolation_from(args)
         print(f"--isolation {args.isolation}: {isolation.describe()}")
         report = probe_isolation(course, limits, isolation)
         print(

@@ -11,7 +11,15 @@ Three modes, chosen with ``--isolation``:
                 empty folders; the Python environment, the course code and the submission's own scratch
                 folder are shown again, the first two read-only).
                 Elsewhere only the resource limits and, as root, a separate user id remain.
-``auto``        bubblewrap where it works, else basic.
+``auto``        basic with namespaces where a child can make them (root, or unprivileged user namespaces),
+                else bubblewrap where it works, else basic without namespaces.
+
+Two runners start the kernels (``--runner``): ``fork`` (the default wherever the isolation is not
+bubblewrap) forks each submission's child from a warm parent that has already imported the frameworks
+(:mod:`autograder.forkserver`); the child then makes its own network, mount, PID, IPC and UTS namespaces,
+so the basic mode with namespaces gives what bubblewrap gives: no network, no other process in view, and
+only the operating system, Python and the course code visible. ``spawn`` starts a fresh interpreter per
+submission (bubblewrap always does: it can only start a new program).
 
 Before a batch, :func:`resolve` runs a probe through exactly the command line a submission gets: the
 child enters the isolation, drops to the submission's user id and starts the Python that the kernel will
@@ -36,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODES = ("auto", "bubblewrap", "basic")
+RUNNERS = ("auto", "fork", "spawn")
 INSTALL_BUBBLEWRAP = "apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora)"
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
@@ -59,11 +68,17 @@ class Isolation:
     bwrap: str | None = None  # the bubblewrap binary (mode "bubblewrap")
     namespaces: bool = False  # basic mode: own network and mount namespace per submission
     separate_uid: bool = False  # the grader is root: each submission runs as its own unprivileged uid
+    runner: str = "spawn"  # "fork": children of a warm parent (autograder.forkserver); "spawn": fresh ones
 
     def describe(self) -> str:
         if self.mode == "bubblewrap":
             parts = [
                 "bubblewrap (no network, own PID namespace, only the system, Python and course code visible)"
+            ]
+        elif self.namespaces and self.runner == "fork":
+            parts = [
+                "namespaces made per submission (no network; own PID, mount, IPC and UTS namespaces; only the "
+                "operating system's folders, Python and course code visible, read-only)"
             ]
         elif self.namespaces:
             parts = [
@@ -79,6 +94,8 @@ class Isolation:
             "a separate unprivileged user per submission" if self.separate_uid else "same user as the grader"
         )
         parts.append("rlimits (memory, processes, file size), wall-clock and per-cell timeouts")
+        if self.runner == "fork":
+            parts.append("kernels forked from a warm parent")
         return "; ".join(parts)
 
 
@@ -109,23 +126,38 @@ def bubblewrap() -> tuple[str | None, str]:
     return path, ""
 
 
-_CACHE: dict[str, Isolation] = {}
+_CACHE: dict[tuple[str, str], Isolation] = {}
 
 
-def resolve(mode: str = "auto") -> Isolation:
-    """The isolation that ``mode`` gives on this machine (the namespace probes run once per process)."""
+def resolve(mode: str = "auto", runner: str = "auto") -> Isolation:
+    """The isolation that ``mode`` gives on this machine, and the runner that starts the kernels (the
+    probes run once per process)."""
     if mode not in MODES:
         raise IsolationError(f"unknown isolation mode {mode!r}; choose one of {', '.join(MODES)}")
-    if mode not in _CACHE:
+    if runner not in RUNNERS:
+        raise IsolationError(f"unknown runner {runner!r}; choose one of {', '.join(RUNNERS)}")
+    if mode == "bubblewrap" and runner == "fork":
+        raise IsolationError(
+            "--runner fork cannot use bubblewrap (bubblewrap starts a new program for each submission); "
+            "--isolation auto or basic forks children that make the same namespaces themselves"
+        )
+    if (mode, runner) not in _CACHE:
         separate_uid = os.geteuid() == 0
-        path, why = bubblewrap() if mode != "basic" else (None, "")
-        if path:
-            _CACHE[mode] = Isolation("bubblewrap", bwrap=path, separate_uid=separate_uid)
+        fork = "spawn" if runner == "spawn" else "fork"
+        namespaces = mode != "bubblewrap" and namespaces_available()
+        path, why = (
+            bubblewrap() if mode == "bubblewrap" or (mode == "auto" and not namespaces) else (None, "")
+        )
+        if mode == "auto" and namespaces and fork == "fork":
+            found = Isolation("basic", namespaces=True, separate_uid=separate_uid, runner="fork")
+        elif path:
+            found = Isolation("bubblewrap", bwrap=path, separate_uid=separate_uid)
         elif mode == "bubblewrap":
             raise IsolationError(f"--isolation bubblewrap: {why}")
         else:
-            _CACHE[mode] = Isolation("basic", namespaces=namespaces_available(), separate_uid=separate_uid)
-    return _CACHE[mode]
+            found = Isolation("basic", namespaces=namespaces, separate_uid=separate_uid, runner=fork)
+        _CACHE[(mode, runner)] = found
+    return _CACHE[(mode, runner)]
 
 
 def namespaces_available() -> bool:
@@ -165,17 +197,18 @@ def _inside(path: Path, folders: list[Path]) -> bool:
     return any(path == f or path.is_relative_to(f) for f in folders)
 
 
-def enter_namespaces(hide: list[str], reveal: list[str], writable: list[str] = ()) -> None:
+def enter_namespaces(hide: list[str], reveal: list[str], writable: list[str] = (), extra: int = 0) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
     Every folder in ``hide`` is covered by a small empty tmpfs (a file by ``/dev/null``); every path in
     ``reveal`` that lies under a hidden folder is shown again at its own place, read-only (those in
     ``writable``: as they are). As root the
     namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
-    Raises OSError when the kernel refuses.
+    ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). Raises OSError
+    when the kernel refuses.
     """
     uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | (0 if uid == 0 else CLONE_NEWUSER)
+    flags = CLONE_NEWNS | CLONE_NEWNET | extra | (0 if uid == 0 else CLONE_NEWUSER)
     _check(_libc.unshare(flags), "unshare")
     if uid != 0:
         Path("/proc/self/setgroups").write_text("deny")

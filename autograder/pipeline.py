@@ -287,8 +287,10 @@ def grade(
     scheduler: str | None = None,
     isolation: str | Isolation = "auto",
     on_result: Callable[[Result], None] | None = None,
+    compile_cache: bool = True,
 ) -> list[Result]:
     """Grade every submission of ``aid`` that has no current result; return all results of this run.
+    ``compile_cache=False``: runs start with an empty torch.compile cache (for measuring what it saves).
 
     Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
     the reference cannot be built, or the canary (:func:`autograder.canary.prove`) fails.
@@ -313,7 +315,7 @@ def grade(
     warm = frameworks_used(course, aid)
     inputs = source_inputs(course.read_source(aid))
     private = course.private_folders()
-    cache = str(reference.compile_cache or "")
+    cache = str(reference.compile_cache or "") if compile_cache else ""
     jobs = [
         Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private, "", cache)
         for sid in todo

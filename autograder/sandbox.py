@@ -85,6 +85,11 @@ class Outcome:
 
 
 def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
+    return kernel_env(scratch, limits.threads)
+
+
+def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
+    """The whole environment of a kernel whose run folder is ``scratch`` (nothing of the grader's own)."""
     home = scratch / "home"
     env = {
         "PATH": str(Path(sys.executable).parent) + ":/usr/local/bin:/usr/bin:/bin",
@@ -105,7 +110,7 @@ def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
         "LANG": "C.UTF-8",
     }
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[name] = str(limits.threads)
+        env[name] = str(threads)
     for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # machine quirks the grader itself runs with
         if name in os.environ:
             env[name] = os.environ[name]
@@ -206,11 +211,42 @@ class Sandbox:
                     needed.add(path)
         return sorted(str(p) for p in needed)
 
+    @property
+    def forked(self) -> bool:
+        return self.isolation.runner == "fork"
+
+    def fork_request(self, probe: bool = False) -> dict:
+        """What :func:`autograder.forkserver.child_main` needs: the same isolation, user, limits and
+        environment as :meth:`command` gives a spawned child."""
+        return {
+            "scratch": str(self.scratch), "cwd": str(self.scratch / "work"),
+            "env": _kernel_env(self.scratch, self.limits), "uid": self.uid,
+            "nproc": self.limits.nproc if self.uid is not None else None, "memory": self.limits.memory_mb,
+            "cell_timeout": self.limits.cell_timeout, "namespaces": self.isolation.namespaces,
+            "threads": self.limits.threads,
+            "hide": self.hidden(), "reveal": self.revealed(), "writable": [str(self.scratch)], "probe": probe,
+        }  # fmt: skip
+
+    def _server(self):
+        from autograder.forkserver import server_for
+
+        return server_for(self.warm, self.slot)
+
     def probe(self) -> dict:
         """Start the child exactly as a submission's, up to the point where the kernel would start;
         return its report (user id, network interfaces, hidden folders it can still see, whether Python
         runs), with ``error`` set when it failed."""
         self.prepare()
+        if self.forked:
+            child = self._server().spawn(self.fork_request(probe=True))
+            child.stdin.close()
+            output = child.stdout.read()
+            child.stdout.close()
+            child.wait(180)
+            report = probe_report(output)
+            if child.returncode != 0:
+                report["error"] = output.strip()[-1500:] or f"exit status {child.returncode}"
+            return report
         done = subprocess.run(
             [*self.command(), "--probe"],
             preexec_fn=_die_with_grader,
@@ -239,6 +275,10 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         self.prepare()
+        if self.forked:
+            self.process = self._server().spawn(self.fork_request())
+            threading.Thread(target=self._read_output, daemon=True).start()
+            return self
         self.process = subprocess.Popen(
             self.command(),
             preexec_fn=_die_with_grader,
@@ -293,14 +333,20 @@ class Sandbox:
             self.kill()
             why = "the sandbox's kernel did not start (no student code ran)"
             return Outcome("error", time.monotonic() - start, self.scratch, detail=self._tail(why))
+        root = self._root()
+        if root is not None:  # the kernel's memory before the notebook: a run too short to sample has this
+            self._peak_rss = self._tree_usage(root)[1]
         try:
             self.process.stdin.write(str(path) + "\n")
             self.process.stdin.flush()
         except OSError:
             pass
-        status = self._watch(start)
+        status = self._watch(start, root)
         seconds = time.monotonic() - start
         self.kill()
+        if getattr(self.process, "lost", False):
+            why = "the warm parent that forked this run died (the grader's failure)"
+            return Outcome("error", seconds, self.scratch, detail=self._tail(why))
         summary = read_summary(self.scratch / "run.json")
         if status == "finished" and summary.get("stopped") == "DeadKernelError":
             status = "crashed"
@@ -310,14 +356,16 @@ class Sandbox:
         peak = round(self._peak_rss / 2**20, 1) if self._peak_rss else None
         return Outcome(status, seconds, self.scratch, summary, self._tail(""), peak)
 
-    def _watch(self, start: float) -> str:
-        """Wait for the child; kill it past the wall-clock limit or the memory limit (whole process tree)."""
+    def _root(self):
         import psutil
 
         try:
-            root = psutil.Process(self.process.pid)
+            return psutil.Process(self.process.pid)
         except psutil.NoSuchProcess:
-            root = None
+            return None
+
+    def _watch(self, start: float, root) -> str:
+        """Wait for the child; kill it past the wall-clock limit or the memory limit (whole process tree)."""
         while True:
             if self.process.poll() is not None:
                 return "finished"
@@ -330,7 +378,10 @@ class Sandbox:
                     return "processes"
                 if rss > self.limits.memory_mb * 2**20 * 1.5:
                     return "memory"
-            time.sleep(0.2)
+            try:  # the next sample in 0.2 s, unless the child ends first
+                self.process.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
 
     def _tree_usage(self, root) -> tuple[int, int]:
         """Processes and total resident memory of everything the child started, escaped ones included."""
@@ -352,11 +403,33 @@ class Sandbox:
             ]
         rss = 0
         for proc in procs:
+            if proc.pid in self._runner_pids(root):  # the forked runner's own: they hold the warm
+                continue  # parent's pages, and no student code runs in them
             try:
                 rss += proc.memory_info().rss
             except psutil.Error:
                 pass
         return len(procs), rss
+
+    def _runner_pids(self, root) -> set[int]:
+        """For a forked child: the child, its PID namespace's outer process and init (the chain down to
+        the kernel); once found, kept."""
+        if not self.forked:
+            return set()
+        if getattr(self, "_runner", None) is None:
+            import psutil
+
+            chain, proc = [root.pid], root
+            try:
+                while len(chain) < 3 and len(kids := proc.children()) == 1:
+                    proc = kids[0]
+                    chain.append(proc.pid)
+            except psutil.Error:
+                pass
+            if len(chain) < 3:
+                return set(chain)  # not all started yet: ask again next time
+            self._runner = set(chain)
+        return self._runner
 
     def _tail(self, prefix: str) -> str:
         return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])

@@ -36,7 +36,7 @@ def limits_from(args) -> Limits:
 
 
 def isolation_from(args) -> Isolation:
-    return resolve(args.isolation)
+    return resolve(args.isolation, getattr(args, "runner", "auto"))
 
 
 def status_line(result: Result) -> str:

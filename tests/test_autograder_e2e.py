@@ -1,6 +1,7 @@
 """The autograder end to end on a toy assignment (numpy only, so fast): honest, partial, broken and
 hostile submissions in one batch. Every one gets a result and a reason, and none gets a point it did
-not compute, in each isolation mode a user may have: bubblewrap, and basic (no bubblewrap)."""
+not compute, in each isolation mode a user may have: bubblewrap, and basic (no bubblewrap), with kernels forked
+from a warm parent (the default) or started afresh."""
 
 from __future__ import annotations
 
@@ -142,11 +143,12 @@ def decoys(tmp_path):
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-@pytest.fixture(params=["bubblewrap", "basic"])
+@pytest.fixture(params=[("bubblewrap", "spawn"), ("basic", "fork"), ("basic", "spawn")], ids="-".join)
 def isolated_toy(request, tmp_path, decoys):
-    """A fresh toy course, and an isolation mode; bubblewrap is skipped (with the reason) where it cannot run."""
+    """A fresh toy course, and an isolation mode and runner; bubblewrap is skipped (with the reason) where it
+    cannot run."""
     try:
-        isolation = resolve(request.param)
+        isolation = resolve(*request.param)
     except IsolationError as err:
         pytest.skip(str(err))
     course = Course(root=make_course(tmp_path / "course"))

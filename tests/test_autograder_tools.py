@@ -137,17 +137,26 @@ def test_exports_report_and_gradescope(toy, tmp_path):
 DASK_SCRIPT = """
 import json, sys
 from pathlib import Path
-from distributed import LocalCluster
+from distributed import Client, LocalCluster
 from autograder.course import Course
 from autograder.pipeline import grade
 from autograder.sandbox import Limits
+
+
+def warm_parents():
+    import os, psutil
+    from autograder import forkserver
+    return [(s.process.pid, psutil.Process(s.process.pid).ppid(), os.getpid()) for s in forkserver._SERVERS.values()]
+
 
 if __name__ == "__main__":
     course = Course(root=Path(sys.argv[1]))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         rows = grade(course, "T1", students=["dask1", "dask2"], force=True, scheduler=cluster.scheduler_address,
                      limits=Limits(timeout=60, cell_timeout=20, memory_mb=2048))
-    print(json.dumps({r.student_id: r.score for r in rows}))
+        with Client(cluster) as client:
+            parents = client.run(warm_parents)
+    print(json.dumps({"scores": {r.student_id: r.score for r in rows}, "parents": parents}))
 """
 
 
@@ -164,7 +173,12 @@ def test_grading_on_a_dask_cluster_gives_the_same_results(toy, tmp_path):
         [sys.executable, str(script), str(toy.root)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    on_dask = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    on_dask = printed["scores"]
+    # each worker process that graded forked its kernels from a warm parent of its own
+    parents = [p for found in printed["parents"].values() for p in found]
+    assert parents and all(parent_of == worker for _, parent_of, worker in parents), printed["parents"]
+    assert len({pid for pid, _, _ in parents}) == len(parents)
     local = {
         r.student_id: r.score
         for r in grade(toy, "T1", students=["dask1", "dask2"], force=True, limits=LIMITS)

@@ -174,6 +174,10 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
     ran = []
     monkeypatch.setattr(canary, "run_canary", lambda *a, **k: ran.append(a) or {})
     monkeypatch.setattr(Sandbox, "command", lambda self: [sys.executable, "-c", "raise SystemExit(3)"])
+    request = Sandbox.fork_request  # the forked runner's child fails before its kernel, too
+    monkeypatch.setattr(
+        Sandbox, "fork_request", lambda self, probe=False: {**request(self, probe), "cwd": "/nonexistent"}
+    )
     submit(course, "ben", filled(course, "T1", {"square"}))
     rows = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic", force=True)
     assert ran == []

@@ -1,0 +1,570 @@
+"""Warm parents that fork one isolated child per submission.
+
+A fresh kernel per submission spends seconds importing torch, scikit-learn and dlcourse before the
+student's first line runs, and on a 2-core machine that is CPU, not just latency. So each grading worker
+keeps one *warm parent* (:class:`ForkServer`): a process that imports what the assignment's set-up cell
+imports, with the sandbox's thread settings and without starting a single thread, and then only waits.
+For each submission it forks a child that
+
+1. leaves the parent's session, dies with it, and takes the submission's environment and folder;
+2. enters the isolation the batch resolved (:func:`autograder.isolation.enter_namespaces`): its own
+   network, mount, PID, IPC and UTS namespaces, in which only the operating system, the Python
+   environment and the course's code are visible, read-only, besides its own scratch folder;
+3. forks the namespace's init (PID 1: a fresh ``/proc``, reaps orphans, takes everything with it when
+   it ends), which forks the kernel: an ipykernel started in-process from the warm state, talking over
+   Unix sockets in the scratch folder. Both, and the child itself, drop to the submission's user id and
+   resource limits and lose every capability before any student code exists;
+4. drives that kernel with nbclient exactly as :mod:`autograder.child` does (READY, one notebook,
+   ``run.json``).
+
+Nothing crosses between submissions: the parent never runs student code and never writes after it
+forked; a kernel's memory is a copy-on-write copy of the parent's; its ``/tmp`` and ``sys.modules`` are
+its own; its namespace ends with it.
+
+Protocol (a SOCK_SEQPACKET socket pair, one JSON message per packet): the parent announces itself with
+``{"ready": ...}``; the grader sends a request with two descriptors (the child's stdin and stdout); the
+parent answers ``{"pid": N}`` and later ``{"exit": N, "code": C}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PACKET = 1 << 20
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
+# Modules the kernel and its driver need, imported once in the parent besides the assignment's own.
+# (what ``IPKernelApp.initialize`` imports, the debugger's debugpy among them, costs 0.4 s a kernel otherwise)
+KERNEL_MODULES = (
+    "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger", "ipykernel.comm",
+    "IPython.core.completer", "nbclient", "jupyter_client", "nbformat", "sqlite3", "pdb", "psutil",
+)  # fmt: skip
+
+
+def thread_count() -> int:
+    """Threads of this process (a fork copies only the calling one: the parent must have no other)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+# ----------------------------------------------------------------------------- the grader's side
+
+
+class ForkedProcess:
+    """A child of a :class:`ForkServer`, with the part of ``subprocess.Popen``'s interface the sandbox uses."""
+
+    def __init__(self, pid: int, stdin, stdout, server: ForkServer):
+        self.pid, self.stdin, self.stdout, self.server = pid, stdin, stdout, server
+        self.returncode: int | None = None
+        self.lost = False  # the warm parent died under it: the grader's failure, not the student's
+        self._done = threading.Event()
+
+    def _exited(self, code: int, lost: bool = False) -> None:
+        self.returncode, self.lost = code, lost
+        self._done.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired("forked child", timeout)
+        return self.returncode
+
+
+class ForkServer:
+    """One warm parent: ``ForkServer(warm, env).start()``, then ``spawn(request)`` per submission."""
+
+    def __init__(self, warm: tuple[str, ...]):
+        self.warm = warm
+        self.process: subprocess.Popen | None = None
+        self.info: dict = {}
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()  # one request (and its pid reply) at a time
+        self._pids: list[int] = []
+        self._replies: list[dict] = []
+        self._replied = threading.Condition()
+        self._children: dict[int, ForkedProcess] = {}
+        self._early_exits: dict[int, int] = {}
+        self.dead = False
+
+    def start(self, timeout: float = 300) -> ForkServer:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        from autograder.sandbox import kernel_env
+
+        self.home = Path(tempfile.mkdtemp(prefix="dlcourse-warm-"))
+        # the kernels' own environment, so imports see what kernels see; one thread for the imports,
+        # whatever the kernels get (OpenBLAS starts its threads when it loads, if it may have several)
+        env = kernel_env(self.home, 1)
+        for sub in ("home", "tmp"):
+            (self.home / sub).mkdir()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.forkserver", "--socket", str(theirs.fileno()),
+             "--warm", ",".join(self.warm)],
+            pass_fds=(theirs.fileno(),), env=env, cwd=str(self.home), start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        # (no death signal: it would come when the *thread* that started it ends; the parent ends instead
+        # when its socket closes, which happens when this process ends, however it ends)
+        theirs.close()
+        self._sock = mine
+        readable, _, _ = select.select([mine], [], [], timeout)
+        first = _receive(mine) if readable else None
+        if not first or not first.get("ready"):
+            output = ""
+            if self.process.poll() is not None and self.process.stdout:
+                output = self.process.stdout.read()[-1500:]
+            self.stop()
+            raise RuntimeError(f"the warm parent did not start: {first or 'no answer'} {output}".strip())
+        self.info = first
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self) -> None:  # the parent's own output (import warnings): read so it never blocks
+        for _ in self.process.stdout:
+            pass
+
+    def _read(self) -> None:
+        while True:
+            message = _receive(self._sock)
+            if message is None:
+                break
+            if "pid" in message:
+                with self._replied:
+                    self._replies.append(message)
+                    self._replied.notify_all()
+            elif "exit" in message:
+                with self._replied:
+                    child = self._children.pop(message["exit"], None)
+                    if child is None:
+                        self._early_exits[message["exit"]] = message["code"]
+                if child is not None:
+                    child._exited(message["code"])
+        with self._replied:
+            self.dead = True
+            children, self._children = list(self._children.values()), {}
+            self._replied.notify_all()
+        for child in children:
+            child._exited(-signal.SIGKILL, lost=True)
+
+    def spawn(self, request: dict) -> ForkedProcess:
+        """Fork one child for ``request`` (see :func:`child_main`); its stdin and stdout are pipes to us."""
+        child_in, to_child = os.pipe()
+        from_child, child_out = os.pipe()
+        try:
+            with self._lock:
+                if self.dead:
+                    raise RuntimeError("the warm parent is gone")
+                payload = json.dumps(request).encode()
+                socket.send_fds(self._sock, [payload], [child_in, child_out])
+                with self._replied:
+                    if not self._replied.wait_for(lambda: self._replies or self.dead, timeout=60):
+                        raise RuntimeError("the warm parent did not answer")
+                    if not self._replies:
+                        raise RuntimeError("the warm parent is gone")
+                    reply = self._replies.pop(0)
+                    if "error" in reply:
+                        raise RuntimeError(f"the warm parent could not fork: {reply['error']}")
+                    pid = reply["pid"]
+                    child = ForkedProcess(
+                        pid, os.fdopen(to_child, "w"), os.fdopen(from_child, errors="replace"), self
+                    )
+                    if pid in self._early_exits:
+                        child._exited(self._early_exits.pop(pid))
+                    else:
+                        self._children[pid] = child
+                    return child
+        except BaseException:
+            for fd in (to_child, from_child):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            raise
+        finally:
+            os.close(child_in)
+            os.close(child_out)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+            self.process.wait()
+        if self._sock is not None:
+            self._sock.close()
+        import shutil
+
+        shutil.rmtree(getattr(self, "home", ""), ignore_errors=True)
+
+
+def _receive(sock: socket.socket) -> dict | None:
+    try:
+        data = sock.recv(PACKET)
+    except OSError:
+        return None
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+_SERVERS: dict[tuple, ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def server_for(warm: tuple[str, ...], slot: int) -> ForkServer:
+    """The warm parent of grading worker ``slot`` in this process (a Dask worker process has its own),
+    started on first use and kept until the process ends; a dead one is replaced."""
+    key = (tuple(warm), slot, sys.executable)  # (the sandbox shows the kernels this interpreter's folders)
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or server.dead or server.process.poll() is not None:
+            if server is not None:
+                server.stop()
+            server = _SERVERS[key] = ForkServer(tuple(warm)).start()
+        return server
+
+
+@atexit.register
+def stop_all() -> None:
+    with _SERVERS_LOCK:
+        for server in _SERVERS.values():
+            server.stop()
+        _SERVERS.clear()
+
+
+# ----------------------------------------------------------------------------- the warm parent
+
+
+def serve(sock: socket.socket, warm: list[str]) -> None:
+    started = time.perf_counter()
+    imported = []
+    for name in [*warm, *KERNEL_MODULES]:
+        try:
+            __import__(name)
+            imported.append(name)
+        except Exception as err:  # a module the set-up cell names but this environment lacks
+            print(f"warm parent: import {name} failed: {type(err).__name__}: {err}", flush=True)
+    imports = time.perf_counter() - started
+    count = thread_count()
+    if count != 1:  # forking now would copy locks held by threads that the children would not have
+        _send(sock, {"ready": False, "error": f"the warm parent has {count} threads after its imports"})
+        return
+    _send(sock, {"ready": True, "pid": os.getpid(), "imports": round(imports, 3), "modules": imported})
+    running: set[int] = set()
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.02)  # (and every 20 ms: which child ended)
+        if readable:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, PACKET, 2)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                break
+            try:
+                request = json.loads(data)
+                pid = os.fork()
+            except Exception as err:
+                for fd in fds:
+                    os.close(fd)
+                _send(sock, {"pid": None, "error": f"{type(err).__name__}: {err}"})
+                continue
+            if pid == 0:
+                sock.close()
+                try:
+                    child_main(request, *fds)
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()  # to the grader, through the child's own stdout
+                finally:
+                    os._exit(70)
+            for fd in fds:
+                os.close(fd)
+            running.add(pid)
+            _send(sock, {"pid": pid})
+        while running:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            running.discard(pid)
+            _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+    for pid in running:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        pass
+
+
+# ----------------------------------------------------------------------------- one submission's child
+
+
+def child_main(request: dict, stdin_fd: int, stdout_fd: int) -> None:
+    """In the forked child: isolate, start the kernel from the warm state, run one notebook (never returns)."""
+    os.setsid()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any fresh Python
+    os.dup2(stdin_fd, 0)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stdout_fd, 2)
+    os.close(stdin_fd)
+    os.close(stdout_fd)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115  (the parent's stdin object read /dev/null)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # computed again from this child's TMPDIR
+    os.chdir(request["cwd"])
+    from autograder.child import drop_privileges
+
+    hide, reveal, writable = request["hide"], request["reveal"], request["writable"]
+    namespaces = request["namespaces"]
+    if namespaces:
+        from autograder.isolation import enter_namespaces
+
+        try:
+            enter_namespaces(hide, reveal, writable, extra=CLONE_NEWIPC | CLONE_NEWUTS)
+        except OSError as err:
+            print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
+            os._exit(3)
+    _write_connection_file(request)
+    # The PID namespace is made by a child: a process that made one cannot start threads any more, and
+    # this one drives the kernel with zmq's threads.
+    init = os.fork()
+    if init == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _outer(request)
+    limits = (request.get("uid"), request.get("nproc"), request.get("memory"))
+    drop_privileges(*limits)
+    drop_capabilities()
+    if request.get("probe"):
+        _, status = os.waitpid(init, 0)
+        os._exit(os.waitstatus_to_exitcode(status))
+    _drive(request, init)
+
+
+def _outer(request: dict) -> None:
+    """Make the PID namespace (and a mount namespace for its /proc), start its init, end with it."""
+    from autograder.child import drop_privileges
+
+    if request["namespaces"] and _libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
+        print(f"isolation failed: no PID namespace: {os.strerror(ctypes.get_errno())}", flush=True)
+        os._exit(3)
+    init = os.fork()
+    if init == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _init(request)
+    drop_privileges(request.get("uid"), request.get("nproc"), request.get("memory"))
+    drop_capabilities()
+    _, status = os.waitpid(init, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _init(request: dict) -> None:
+    """PID 1 of the submission's namespace: its own /proc, then the kernel; reaps orphans, ends with it."""
+    if request["namespaces"]:
+        try:  # a /proc that shows this namespace's processes only (refused where /proc is partly covered)
+            _mount_proc()
+        except OSError:
+            pass
+    else:
+        _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here, not to the host's init
+    from autograder.child import drop_privileges
+
+    drop_privileges(request.get("uid"), request.get("nproc"), request.get("memory"))
+    drop_capabilities()
+    kernel = os.fork()
+    if kernel == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if request.get("probe"):
+            from autograder.child import probe
+
+            os._exit(probe(request["hide"], request["reveal"]))
+        _kernel(request)
+        os._exit(0)
+    while True:  # reap every orphan; end (and so end the namespace) with the kernel
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        if pid == kernel:
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _mount_proc() -> None:
+    from autograder.isolation import MS_NODEV, MS_NOEXEC, MS_NOSUID, _mount
+
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def drop_capabilities() -> None:
+    """No capability left, none to regain: the kernel of a user namespace must not undo its mounts."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+    for cap in range(64):  # the bounding set, while this process still may (ignored where it may not)
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"capset: {os.strerror(number)}")
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def set_threads(threads: int) -> None:
+    """What a fresh process started with ``OMP_NUM_THREADS=threads`` would use: BLAS (through
+    threadpoolctl, where numpy is loaded) and torch's intra-op threads (torch caps the variable at the
+    cores; this it keeps). Only in the kernel itself, after the last fork: a pool must not be copied."""
+    if "numpy" in sys.modules:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+def _connection_file(request: dict) -> Path:
+    return Path(request["env"]["JUPYTER_RUNTIME_DIR"]) / "kernel.json"
+
+
+def _write_connection_file(request: dict) -> None:
+    """Where the kernel listens: Unix sockets in the scratch folder (a network namespace has no way out,
+    and these need none), with a fresh key; readable by the submission's user only."""
+    import secrets
+
+    from jupyter_client.connect import write_connection_file
+
+    path = _connection_file(request)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ports = dict(shell_port=1, iopub_port=2, stdin_port=3, hb_port=4, control_port=5)
+    write_connection_file(
+        str(path),
+        ip=str(path.parent / "kernel"),
+        transport="ipc",
+        key=secrets.token_hex(16).encode(),
+        **ports,
+    )
+    if request.get("uid") is not None:
+        for item in (path.parent, path):
+            os.chown(item, request["uid"], request["uid"])
+
+
+def _kernel(request: dict) -> None:
+    """The kernel: an ipykernel started in this (warm) process, on Unix sockets in the scratch folder."""
+    if "numpy" in sys.modules:  # a fresh process would have drawn its own; the parent's is shared
+        sys.modules["numpy"].random.seed()
+    set_threads(request["threads"])
+    import importlib.util
+
+    from ipykernel.kernelapp import IPKernelApp
+
+    connection = str(_connection_file(request))
+    sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, "-f", connection]  # as if launched
+    app = IPKernelApp.instance()
+    # parent_handle=1: no banner and no parent polling (the namespace ends with its init, which ends
+    # with the driver)
+    argv = ["-f", connection, "--IPKernelApp.parent_handle=1"]
+    app.initialize([*argv, "--HistoryManager.hist_file=:memory:"])
+    app.start()
+
+
+def _drive(request: dict, init: int) -> None:
+    """Drive the kernel with nbclient: the same steps, messages and run.json as autograder.child."""
+    from jupyter_client import AsyncKernelManager
+
+    from autograder.child import READY, make_client, run_notebook
+
+    class ForkedKernelManager(AsyncKernelManager):
+        """The kernel this child forked: alive while its init process is; killing it ends its namespace."""
+
+        @property
+        def has_kernel(self) -> bool:
+            return True
+
+        async def _async_is_alive(self) -> bool:
+            try:
+                return os.waitpid(init, os.WNOHANG) == (0, 0)
+            except ChildProcessError:
+                return False
+
+        is_alive = _async_is_alive
+
+        async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+            try:
+                os.kill(init, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        shutdown_kernel = _async_shutdown_kernel
+
+        async def _async_interrupt_kernel(self) -> None:
+            os.kill(init, signal.SIGKILL)
+
+        interrupt_kernel = _async_interrupt_kernel
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            pass
+
+        cleanup_resources = _async_cleanup_resources
+
+    started = time.perf_counter()
+    km = ForkedKernelManager()
+    km.load_connection_file(str(_connection_file(request)))
+    client = make_client(request["cell_timeout"])
+    client.km = km
+    scratch = Path(request["scratch"])
+    timings = {"kernel_start": 0.0, "imports": 0.0}
+    with client.setup_kernel():
+        timings["kernel_start"] = time.perf_counter() - started
+        print(READY, flush=True)
+        run_notebook(client, scratch, timings)
+    os._exit(0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", type=int, required=True)
+    parser.add_argument("--warm", default="numpy")
+    args = parser.parse_args()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the grader's Ctrl-C is for the grader)
+    # `python -m` put the parent's folder first on the path: a kernel must not import from there
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", os.getcwd())]
+    sock = socket.socket(fileno=args.socket)
+    serve(sock, [name for name in args.warm.split(",") if name])
+
+
+if __name__ == "__main__":
+    main()

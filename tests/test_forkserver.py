@@ -1,0 +1,191 @@
+"""Kernels forked from a warm parent: the parent starts no thread, each kernel gets exactly the isolation,
+user, limits and thread count a freshly started one gets, and nothing one student does reaches the next."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import nbformat
+import psutil
+import pytest
+from nbformat.v4 import new_code_cell
+
+from autograder import forkserver
+from autograder.course import Course
+from autograder.isolation import resolve
+from autograder.pipeline import grade
+from autograder.release import release
+from autograder.samples import filled
+from autograder.sandbox import Limits, Sandbox
+from tests.fixtures.toy_course import make_course, meta, source_notebook, submit
+
+LIMITS = Limits(timeout=120, cell_timeout=60, memory_mb=3072)
+
+REPORT = """
+import ctypes, json, os, socket, threading, threadpoolctl, torch
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+libc = ctypes.CDLL(None, use_errno=True)
+print(json.dumps({
+    "torch_threads": torch.get_num_threads(),
+    "blas_threads": sorted({p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"}),
+    "cap_eff": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+    "uid": os.getuid(), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "interfaces": [name for _, name in socket.if_nameindex()],
+    "umount_tmp": libc.umount2(b"/tmp", 2),  # MNT_DETACH: undoing a cover needs a capability it lacks
+}))
+"""
+
+
+def forked_isolation():
+    isolation = resolve("basic", "fork")
+    if not isolation.namespaces:
+        pytest.skip("this machine lets no process make namespaces (neither root nor user namespaces)")
+    return isolation
+
+
+def run_in_sandbox(nb, warm, isolation, threads=1, slot=0):
+    sandbox = Sandbox(Limits(**{**LIMITS.__dict__, "threads": threads}), slot, warm, isolation).start()
+    try:
+        return sandbox.run(nb)
+    finally:
+        sandbox.cleanup()
+
+
+@pytest.mark.slow
+def test_the_warm_parent_starts_no_thread_and_each_kernel_gets_its_own_threads_and_isolation():
+    isolation = forked_isolation()
+    warm = ("numpy", "torch", "tensorflow")  # TensorFlow's and torch's pools must not exist yet
+    server = forkserver.server_for(warm, slot=41)
+    assert server.info["ready"] and {"torch", "tensorflow"} <= set(server.info["modules"])
+    assert psutil.Process(server.process.pid).num_threads() == 1
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell(REPORT)])
+    for threads in (1, 3):
+        outcome = run_in_sandbox(nb, warm, isolation, threads, slot=41)
+        assert outcome.status == "finished", outcome.detail
+        report = json.loads(outcome.summary["cells"][0]["output"])
+        assert report["torch_threads"] == threads and report["blas_threads"] == [threads], report
+        assert report["cap_eff"] == "0000000000000000" and report["no_new_privs"] == "1"
+        assert report["umount_tmp"] != 0
+        assert report["interfaces"] == ["lo"]
+        assert len(report["pids"]) <= 4, report["pids"]  # its own PID namespace: init and the kernel
+        assert (report["uid"] != 0) if os.geteuid() == 0 else (report["uid"] == os.geteuid())
+    assert psutil.Process(server.process.pid).num_threads() == 1  # forking left the parent as it was
+
+
+POLLUTER = """
+import sys, threading, time, torch, numpy as np, dlcourse, dlcourse.grading
+torch.allclose = lambda *args, **kwargs: True
+np.allclose = lambda *args, **kwargs: True
+dlcourse.LEFT_BEHIND = "by another student"
+dlcourse.grading.check = lambda *args, **kwargs: None
+sys.modules["json"] = None
+threading.Thread(target=time.sleep, args=(3600,), name="left-running", daemon=False).start()
+with open("/tmp/filler", "wb") as f:
+    try:
+        while True:
+            f.write(b"x" * 2**20)
+    except OSError:
+        pass
+"""
+
+INSPECT = """
+import sys, os, threading, torch, numpy as np, dlcourse, dlcourse.grading
+print("STATE", {
+    "torch_allclose": bool(torch.allclose(torch.zeros(1), torch.ones(1))),
+    "np_allclose": bool(np.allclose([0.0], [1.0])),
+    "dlcourse_global": hasattr(dlcourse, "LEFT_BEHIND"),
+    "check": dlcourse.grading.check.__module__,
+    "json": sys.modules.get("json") is not None,
+    "thread": "left-running" in [t.name for t in threading.enumerate()],
+    "tmp": [name for name in os.listdir("/tmp") if not name.startswith("dlcourse-run-")],  # but its own folder
+})
+"""
+
+
+def with_cell(nb, after: str, code: str):
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == after)
+    nb.cells.insert(at + 1, new_code_cell(code))
+    return nb
+
+
+@pytest.mark.slow
+def test_nothing_one_submission_does_reaches_the_next_in_the_same_worker(tmp_path, monkeypatch):
+    isolation = forked_isolation()
+    source = source_notebook()
+    source.cells[1] = new_code_cell(
+        "import numpy as np\nimport torch\nimport dlcourse", metadata=meta("imports", locked=True)
+    )
+    course = Course(root=make_course(tmp_path / "course", notebook=source))
+    release(course, ["T1"])
+    perfect = filled(course, "T1")
+    submit(course, "a_polluter", with_cell(perfect, "imports", POLLUTER))
+    submit(course, "b_next", with_cell(perfect, "imports", INSPECT))
+    spawned = []
+    real_spawn = forkserver.ForkServer.spawn
+    monkeypatch.setattr(
+        forkserver.ForkServer,
+        "spawn",
+        lambda self, request: spawned.append((self, request["scratch"])) or real_spawn(self, request),
+    )
+    results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=isolation)}
+    assert (results["b_next"].score, results["b_next"].status) == (100, "graded"), results["b_next"].reason
+    assert results["a_polluter"].score == 0  # its check() did nothing: nothing was captured
+    printed = [
+        out.get("text", "")
+        for cell in nbformat.read(str(course.executed("T1", "b_next")), as_version=4).cells
+        for out in cell.get("outputs", [])
+        if "STATE" in out.get("text", "")
+    ]
+    state = printed[0].split("STATE ", 1)[1].strip()
+    assert state == str({"torch_allclose": False, "np_allclose": False, "dlcourse_global": False,
+                         "check": "dlcourse.grading", "json": True, "thread": False, "tmp": []})  # fmt: skip
+    # both students' kernels came from the one warm parent of that worker (the canary's came first)
+    servers = {id(server) for server, _ in spawned[-2:]}
+    assert len(servers) == 1 and spawned[-1][0].process.poll() is None
+
+
+@pytest.mark.slow
+def test_a_warm_parent_that_dies_is_the_graders_failure_and_is_replaced():
+    isolation = forked_isolation()
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell("import time\ntime.sleep(30)")])
+    sandbox = Sandbox(LIMITS, 42, ("numpy",), isolation).start()
+    try:
+        assert sandbox.wait_ready(60)
+        server = forkserver.server_for(("numpy",), 42)
+        server.process.kill()
+        outcome = sandbox.run(nb)
+    finally:
+        sandbox.cleanup()
+    assert outcome.status == "error" and "warm parent" in outcome.detail
+    again = run_in_sandbox(
+        nbformat.v4.new_notebook(cells=[new_code_cell("1 + 1")]), ("numpy",), isolation, slot=42
+    )
+    assert again.status == "finished" and forkserver.server_for(("numpy",), 42) is not server
+
+
+@pytest.mark.parametrize(
+    "namespaces, bwrap, mode, expected",
+    [
+        (True, "/usr/bin/bwrap", "auto", ("basic", True, "fork")),  # its own namespaces, forked: fastest
+        (False, "/usr/bin/bwrap", "auto", ("bubblewrap", False, "spawn")),  # bubblewrap can only spawn
+        (False, None, "auto", ("basic", False, "fork")),
+        (True, "/usr/bin/bwrap", "bubblewrap", ("bubblewrap", False, "spawn")),
+        (True, None, "basic", ("basic", True, "fork")),
+    ],
+)
+def test_which_isolation_and_runner_each_machine_gets(monkeypatch, namespaces, bwrap, mode, expected):
+    from autograder import isolation
+
+    monkeypatch.setattr(isolation, "_CACHE", {})
+    monkeypatch.setattr(isolation, "namespaces_available", lambda: namespaces)
+    monkeypatch.setattr(
+        isolation, "bubblewrap", lambda: (bwrap, "" if bwrap else "bubblewrap is not installed")
+    )
+    got = isolation.resolve(mode)
+    assert (got.mode, got.namespaces, got.runner) == expected
+    assert ("kernels forked from a warm parent" in got.describe()) == (got.runner == "fork")
+    assert isolation.resolve(mode, "spawn").runner == "spawn"
+    with pytest.raises(isolation.IsolationError, match="cannot use bubblewrap"):
+        isolation.resolve("bubblewrap", "fork")
