@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo lab test bench bench-quick gpu-check format strip release doctor clean
+.PHONY: setup demo lab test bench bench-quick gpu-check format strip release wheel doctor clean
 
 ## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
 setup: $(STAMP)
@@ -58,6 +58,20 @@ doctor: setup
 ## release: regenerate the student releases from source/
 release: setup
 	$(PY) -m autograder release
+
+## wheel: build the students' package, $(DIST)/dlcourse-<version>-py3-none-any.whl, offline (the asset the set-up cell installs)
+# Only dlcourse goes in: it is staged alone, so the autograder (an instructor tool) stays out. Needs pip and
+# setuptools in $(WHEEL_PY): the .venv's when there is one, else $(PYTHON) (CI: .github/workflows/release.yml).
+DIST     ?= dist
+WHEEL_PY ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+wheel:
+	@stage=$$(mktemp -d) && trap 'rm -rf "$$stage"' EXIT && \
+	cp -R pyproject.toml README.md dlcourse "$$stage"/ && \
+	find "$$stage" -name __pycache__ -prune -exec rm -rf {} + && \
+	mkdir -p $(DIST) && \
+	PIP_NO_INDEX=1 $(WHEEL_PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--wheel-dir $(DIST) "$$stage" && \
+	ls $(DIST)/dlcourse-*-py3-none-any.whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

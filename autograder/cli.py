@@ -102,7 +102,7 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from autograder.export import export_canvas, export_nbgrader
+    from autograder.export import awaiting_manual_grading, export_canvas, export_nbgrader
 
     target = Path(args.to)
     if args.format == "canvas":
@@ -110,6 +110,11 @@ def cmd_export(args) -> int:
     else:
         export_nbgrader(args.course, target.resolve())
     print(f"wrote {target}")
+    for aid, waiting in awaiting_manual_grading(args.course, args.assignment or None).items():
+        print(
+            f"note: {aid}: the written answers of {len(waiting)} student(s) await manual grading in formgrader "
+            f"({', '.join(waiting[:5])}{', ...' if len(waiting) > 5 else ''}); their scores count only what is graded"
+        )
     return 0
 
 

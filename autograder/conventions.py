@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
+from autograder.reference import is_written
 
 TOTAL_POINTS = 100
 SETUP_ID = "setup"
@@ -20,7 +21,16 @@ CONVENTIONS = f"""\
 3. one of the first three cells is a markdown rules box (it says "rules");
 4. there are answer cells (nbgrader solution cells, each with ### BEGIN SOLUTION / ### END SOLUTION);
 5. every graded test cell has hidden tests (### BEGIN HIDDEN TESTS) and calls a dlcourse.grading check;
-6. every grade_id is unique."""
+6. every grade_id is unique;
+7. a written answer (graded by hand, its points on top of the {TOTAL_POINTS}) is a markdown answer cell with points and
+   grade_id "written_<name>", right after a read-only markdown prompt; its source is one solution block
+   that holds "**Rubric (N points):**" (N its points), then its criteria as list items, each naming its
+   points ("- (2 points) ...", adding up to N), then "**Model answer:**" and the answer."""
+
+WRITTEN_PREFIX = "written_"
+RUBRIC = re.compile(r"\*\*Rubric \((\d+(?:\.\d+)?) points?\):?\*\*:?")
+# a criterion: a list item that names its points, e.g. "- (2 points) names the gap" or "- 0-2 points: ..."
+CRITERION = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t].*?\b(\d+(?:\.\d+)?)[ \t]*(?:points?|pts?)\b", re.M)
 
 
 def problems(course: Course, aid: str) -> list[str]:
@@ -43,6 +53,7 @@ def problems(course: Course, aid: str) -> list[str]:
     for cell in answers:
         if cell.cell_type == "code" and "### BEGIN SOLUTION" not in cell.source:
             found.append(f"answer cell {nbgrader_meta(cell)['grade_id']} has no ### BEGIN SOLUTION block")
+    found += written_problems(nb)
     for cell in tests:
         grade_id = nbgrader_meta(cell).get("grade_id")
         if "### BEGIN HIDDEN TESTS" not in cell.source:
@@ -53,6 +64,63 @@ def problems(course: Course, aid: str) -> list[str]:
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         found.append(f"grade_ids used more than once: {', '.join(map(str, duplicates))}")
+    return found
+
+
+def written_problems(nb) -> list[str]:
+    """What breaks the format of written answers (convention 7)."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        meta = nbgrader_meta(cell)
+        gid = meta.get("grade_id")
+        if meta.get("solution") and meta.get("grade") and cell.cell_type == "code":
+            found.append(f"answer cell {gid} has points: code answers are graded by test cells, not by hand")
+        if not is_written(cell):
+            if cell.cell_type == "markdown" and meta.get("solution"):
+                found.append(
+                    f"markdown answer cell {gid} has no points: a written answer needs grade and points"
+                )
+            continue
+        points = float(meta.get("points") or 0)
+        if not str(gid).startswith(WRITTEN_PREFIX):
+            found.append(f"written answer {gid}: its grade_id must start with {WRITTEN_PREFIX!r}")
+        if points <= 0:
+            found.append(f"written answer {gid} has no points")
+        if meta.get("locked"):
+            found.append(f"written answer {gid} is locked: the student must be able to write in it")
+        before = nb.cells[index - 1] if index else None
+        if before is None or before.cell_type != "markdown" or not nbgrader_meta(before).get("locked"):
+            found.append(f"written answer {gid} does not follow a read-only markdown prompt")
+        text = cell.source
+        if not (
+            text.lstrip().startswith("### BEGIN SOLUTION") and text.rstrip().endswith("### END SOLUTION")
+        ):
+            found.append(
+                f"written answer {gid}: its source must be one ### BEGIN SOLUTION ... ### END SOLUTION block"
+            )
+        rubric = RUBRIC.search(text)
+        if not rubric:
+            found.append(
+                f"written answer {gid} has no rubric (**Rubric ({points:g} points):** and its criteria)"
+            )
+            continue
+        if float(rubric.group(1)) != points:
+            found.append(
+                f"written answer {gid}: its rubric is out of {rubric.group(1)} points, the cell is worth {points:g}"
+            )
+        model = text.find("**Model answer")
+        criteria = CRITERION.findall(text[rubric.end() : model if model > 0 else len(text)])
+        if not criteria:
+            found.append(
+                f"written answer {gid}: its rubric lists no criterion with its points, e.g. '- (2 points) ...'"
+            )
+        elif abs(sum(map(float, criteria)) - points) > 1e-9:
+            found.append(
+                f"written answer {gid}: its rubric's criteria give {sum(map(float, criteria)):g} points, "
+                f"the cell is worth {points:g}"
+            )
+        if model < 0 or not text[model:].split("**", 2)[-1].replace("### END SOLUTION", "").strip():
+            found.append(f"written answer {gid} has no model answer (**Model answer:** ...)")
     return found
 
 

@@ -1,21 +1,28 @@
 """Stage 7, export: grades to CSV for nbgrader's own format, for Canvas, and the results table.
 
 Scores leave here as final scores: the raw score less the late penalty (:mod:`autograder.late`), decided now
-from the gradebook's due date and extensions and the hand-in's ``timestamp.txt``."""
+from the gradebook's due date and extensions and the hand-in's ``timestamp.txt``. The raw score is the
+autograded points plus the manual points an instructor has given the written answers so far, read from the
+gradebook now; the results table says which written answers still await manual grading, and a Canvas
+export (which takes no column but scores) lists them in :func:`awaiting_manual_grading`."""
 
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 from autograder.course import Course
 from autograder.late import Late, format_utc, late_penalties, record_in_gradebook
-from autograder.record import load_results
+from autograder.record import load_results, with_manual_grades
 from autograder.release import run_nbgrader
 from autograder.result import Result
 
 RESULT_COLUMNS = ["student_id", "score", "max_score", "status", "reason"]
-# After the flags, as nbgrader's own export names them; ``score`` is the final one, raw_score less the penalty.
+# After the flags: the autograded points and the written answers' (graded by hand) apart, and what awaits
+# manual grading ("" when the assignment has no written answers).
+WRITTEN_COLUMNS = ["autograded_score", "autograded_max", "written_score", "written_max", "manual_grading"]
+# Last, as nbgrader's own export names them; ``score`` is the final one, raw_score less the penalty.
 LATE_COLUMNS = ["raw_score", "late_submission_penalty", "timestamp", "duedate"]
 
 
@@ -29,40 +36,73 @@ def write_csv(target: Path, header: list[str], rows: list[list[str]]) -> Path:
     return target
 
 
+def total(r: Result) -> Result:
+    """The result with the written answers' manual points (given so far) in its score and maximum: what
+    is exported and what a late penalty is taken from."""
+    return replace(r, score=r.total_score, max_score=r.total_max) if r.written else r
+
+
+def graded_results(course: Course, aid: str) -> list[Result]:
+    """Every stored result of ``aid``, with the manual scores the gradebook holds now."""
+    return with_manual_grades(course, aid, load_results(course, aid))
+
+
 def final_score(r: Result, late: Late | None) -> str:
     """The score as exported: empty for a grader error, else less the late penalty (if any)."""
-    return r.exported_score() if late is None or late.final is None else f"{late.final:g}"
+    return total(r).exported_score() if late is None or late.final is None else f"{late.final:g}"
 
 
 def result_row(r: Result, late: Late | None = None) -> list[str]:
-    """The columns of :data:`RESULT_COLUMNS`, the flags, then those of :data:`LATE_COLUMNS`."""
+    """The columns of :data:`RESULT_COLUMNS`, the flags, those of :data:`WRITTEN_COLUMNS`, then those of
+    :data:`LATE_COLUMNS`; ``late`` as assessed on :func:`total`."""
+    whole = total(r)
     penalty = "" if late is None or r.is_error else f"{late.penalty:g}"
     times = [format_utc(late.submitted), format_utc(late.due)] if late else ["", ""]
-    row = [r.student_id, final_score(r, late), f"{r.max_score:g}", r.status, r.reason, "; ".join(r.flags)]
-    return [*row, r.exported_score(), penalty, *times]
+    row = [r.student_id, final_score(r, late), f"{whole.max_score:g}", r.status, r.reason, "; ".join(r.flags)]
+    if r.written and not r.is_error:
+        written = [r.exported_score(), f"{r.max_score:g}", f"{r.written_score:g}", f"{r.written_max:g}"]
+        written.append(r.manual_grading())
+    else:
+        written = [r.exported_score(), f"{r.max_score:g}", "", "", ""]
+    return [*row, *written, whole.exported_score(), penalty, *times]
 
 
 def write_results_csv(course: Course, aid: str, target: Path) -> Path:
-    """``student_id,score,max_score,status,reason,flags,raw_score,late_submission_penalty,timestamp,duedate``:
-    one row per submission, whatever happened to it (a grader error has empty scores); ``score`` is final."""
-    results = load_results(course, aid)
-    lates = late_penalties(course, aid, results)
-    header = [*RESULT_COLUMNS, "flags", *LATE_COLUMNS]
+    """``student_id,score,max_score,status,reason,flags,autograded_score,autograded_max,written_score,
+    written_max,manual_grading,raw_score,late_submission_penalty,timestamp,duedate``: one row per
+    submission, whatever happened to it (a grader error has empty scores); ``score`` is final, over the
+    autograded and the manually graded points."""
+    results = graded_results(course, aid)
+    lates = late_penalties(course, aid, [total(r) for r in results])
+    header = [*RESULT_COLUMNS, "flags", *WRITTEN_COLUMNS, *LATE_COLUMNS]
     return write_csv(target, header, [result_row(r, lates[r.student_id]) for r in results])
+
+
+def awaiting_manual_grading(course: Course, aids: list[str] | None = None) -> dict[str, list[str]]:
+    """Assignment -> the students whose written answers still await manual grading (their exported score
+    counts only what has been graded)."""
+    found = {}
+    for aid in aids or course.assignments():
+        waiting = [r.student_id for r in graded_results(course, aid) if not r.is_error and r.awaiting]
+        if waiting:
+            found[aid] = waiting
+    return found
 
 
 def export_canvas(course: Course, target: Path, aids: list[str] | None = None) -> Path:
     """A CSV for Canvas's gradebook import: students by SIS Login ID, one column per assignment holding the
-    final score (late penalty taken; nothing else, since Canvas reads any other column as an assignment)."""
+    final score (autograded and manually graded points, late penalty taken; nothing else, since Canvas reads
+    any other column as an assignment). Points possible count the written answers; who still awaits manual
+    grading: :func:`awaiting_manual_grading`."""
     aids = aids or course.assignments()
     table: dict[str, dict[str, str]] = {}
     maxima = {}
     for aid in aids:
-        results = load_results(course, aid)
-        lates = late_penalties(course, aid, results)
+        results = graded_results(course, aid)
+        lates = late_penalties(course, aid, [total(r) for r in results])
         for r in results:
             table.setdefault(r.student_id, {})[aid] = final_score(r, lates[r.student_id])
-            maxima[aid] = r.max_score
+            maxima[aid] = max(maxima.get(aid, 0.0), total(r).max_score)
     header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
     header += [f"{a} ({maxima.get(a, 100):g})" for a in aids]
     rows = [["Points Possible", "", "", "", "", *[f"{maxima.get(a, 100):g}" for a in aids]]]

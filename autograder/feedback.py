@@ -1,17 +1,20 @@
 """Stage 6, feedback: one HTML page per student with test names, points, messages and the student's
 own code and output. Test code, hidden or public, never appears: nbgrader's own feedback shows hidden
-tests, so this page is built from the recorded results instead."""
+tests, so this page is built from the recorded results instead. Written answers are graded by hand: the
+page says which await manual grading and shows the points and comments given so far (read from the
+gradebook when the page is written, so writing it again after manual grading shows them)."""
 
 from __future__ import annotations
 
 import html
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 
 from autograder.course import Course, is_solution, nbgrader_meta
 from autograder.late import Late, late_penalties
-from autograder.record import load_results
+from autograder.record import load_results, with_manual_grades
 from autograder.result import Result
 
 STYLE = """
@@ -23,7 +26,8 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 
 
 def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
-    """(grade_id, the student's code, its text output) for each answer cell of the run notebook."""
+    """(grade_id, the student's code or written answer, its text output) for each answer cell of the run
+    notebook."""
     path = course.executed(aid, sid)
     try:
         nb = nbformat.read(str(path), as_version=4)
@@ -42,6 +46,11 @@ def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
                     texts.append(out["data"]["text/plain"])
             answers.append((nbgrader_meta(cell).get("grade_id"), cell.source, "".join(texts)[:5000]))
     return answers
+
+
+def total(result: Result) -> Result:
+    """The result as its late penalty sees it: autograded points and the manual points given so far."""
+    return replace(result, score=result.total_score, max_score=result.total_max) if result.written else result
 
 
 def render(course: Course, aid: str, result: Result, late: Late | None = None) -> str:
@@ -66,6 +75,34 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None) -
         score = (
             f"{late.final:g} / {result.max_score:g} (tests {result.score:g}, late penalty {late.penalty:g})"
         )
+    written_rows = "".join(
+        f"<tr><td>{e(w.grade_id)}</td><td>{e(w.text())}</td><td>{e(w.comment)}</td></tr>"
+        for w in result.written
+    )
+    if result.written and not result.is_error:  # late: as :func:`write_feedback` assessed the total
+        parts = [
+            f"tests {result.score:g} / {result.max_score:g}",
+            f"written answers {result.written_score:g} / {result.written_max:g}",
+        ]
+        if late and late.penalty:
+            parts.append(f"late penalty {late.penalty:g}")
+        final = late.final if late and late.penalty and late.final is not None else result.total_score
+        score = f"{final:g} / {result.total_max:g} ({', '.join(parts)})"
+        awaiting = sum(w.max_points for w in result.awaiting)
+        status = (
+            f"{len(result.awaiting)} written answer(s), {awaiting:g} points, await manual grading by your "
+            "instructor: the score above counts only what has been graded."
+            if result.awaiting
+            else "Your written answers have received manual grading."
+            if any(w.answered for w in result.written)
+            else "Your written answers were left unanswered: 0 points."
+        )
+        written = (
+            f"<h2>Written answers (graded by hand)</h2><p>{e(status)}</p>"
+            f"<table><tr><th>question</th><th>points</th><th>comment</th></tr>{written_rows}</table>"
+        )
+    else:
+        written = ""
     answers = "".join(
         f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
         for gid, code, out in _answers(course, aid, sid)
@@ -77,6 +114,7 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None) -
 {f"<p>{e(late.explain())}</p>" if late and late.explain() else ""}
 {f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
 <h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
+{written}
 <h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
 </body></html>"""
 
@@ -86,8 +124,8 @@ def write_feedback(
 ) -> list[Path]:
     """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student (or
     only ``students``)."""
-    written, results = [], load_results(course, aid)
-    lates = late_penalties(course, aid, results)
+    written, results = [], with_manual_grades(course, aid, load_results(course, aid))
+    lates = late_penalties(course, aid, [total(r) for r in results])
     for result in results:
         if students is not None and result.student_id not in students:
             continue

@@ -68,7 +68,8 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
 
 
 def results_json(result: Result) -> dict:
-    """Gradescope's results format: one test per graded cell; messages visible, test code never sent."""
+    """Gradescope's results format: one test per graded cell; messages visible, test code never sent. The
+    score is the autograded points; each written answer is listed, unscored, as awaiting manual grading."""
     tests = [
         {
             "name": cell.grade_id,
@@ -83,10 +84,26 @@ def results_json(result: Result) -> dict:
         }
         for cell in result.cells
     ]
+    # Written answers are graded by hand (on Gradescope, as a manually graded question of its own): listed
+    # without a score, so the autograder's score stays the autograded points.
+    tests += [
+        {
+            "name": f"{w.grade_id} (written answer, graded by hand)",
+            "output": w.text(),
+            "visibility": "visible",
+        }
+        for w in result.written
+    ]
     notes = "\n".join(result.notes)
+    written = (
+        f"\nWritten answers ({result.written_max:g} points) are graded by hand: "
+        + ("they await manual grading." if result.awaiting else "they have received manual grading.")
+        if result.written
+        else ""
+    )
     return {
         "score": result.score,
-        "output": f"{result.status}: {result.reason}" + (f"\n{notes}" if notes else ""),
+        "output": f"{result.status}: {result.reason}" + (f"\n{notes}" if notes else "") + written,
         "tests": tests,
         "visibility": "visible",
         "stdout_visibility": "hidden",

@@ -35,7 +35,7 @@ from autograder.reference import Reference, source_inputs
 from autograder.repair import Repaired, repair
 from autograder.result import CellResult, Result
 from autograder.sandbox import Limits, Outcome, Sandbox
-from autograder.verify import Verdict, verify
+from autograder.verify import Verdict, verify, written_results
 
 __all__ = ["STAGES", "Job", "grade", "grade_one", "run_jobs"]
 
@@ -140,6 +140,7 @@ def verify_stage(g: Grading) -> bool:
     g.verdict = verify(g.reference, g.outcome.scratch / "capture", g.outcome.summary)
     g.result.cells = g.verdict.cells
     g.result.score = g.verdict.score
+    g.result.written = written_results(g.reference, g.repaired)  # graded by hand: apart from the score
     g.result.flags = g.verdict.disagreements + [f"recorded data: {p}" for p in g.verdict.problems]
     return True
 

@@ -4,6 +4,13 @@ submission that makes grading resumable.
 A submission's result file is written last and atomically, after its gradebook row. A grader killed at
 any point leaves each submission either recorded (the file exists and matches the submission and the
 reference) or not; running again grades exactly the ones that are not.
+
+Written answers (markdown answer cells with points) are graded by hand in formgrader. They are recorded
+as nbgrader's own autograde records a markdown grade cell: ``auto_score`` None and ``needs_manual_grade``
+True, so formgrader lists them for grading, or 0 with nothing to grade where the answer is still the
+release's stub (with the auto comment "No response."). A manual score an instructor gave is never
+overwritten, by a regrade or a new run of the same submission: the gradebook is where manual scores live,
+and :func:`with_manual_grades` reads them back for feedback, export and reports.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 
 from autograder.course import Course
-from autograder.result import Result
+from autograder.result import Result, WrittenResult
 
 
 def sha256_file(path: Path) -> str:
@@ -59,6 +66,61 @@ def save_result(course: Course, result: Result) -> Path:
     return path
 
 
+def is_written_grade(grade) -> bool:
+    """A gradebook row of a written answer: a markdown grade cell (graded by hand, never autograded)."""
+    return getattr(grade.cell, "cell_type", None) == "markdown"
+
+
+def _comment(gb: Gradebook, name: str, notebook: str, aid: str, sid: str):
+    try:
+        return gb.find_comment(name, notebook, aid, sid)
+    except MissingEntry:
+        return None
+
+
+def _written(grade, answered: bool, comment) -> WrittenResult:
+    """A written answer as the gradebook holds it: the manual score (with extra credit) when given, 0 for
+    an unanswered one, else None (awaiting manual grading)."""
+    if grade.manual_score is not None:
+        points = grade.manual_score + (grade.extra_credit or 0.0)
+    elif not grade.needs_manual_grade and grade.auto_score is not None:
+        points = grade.auto_score
+    else:
+        points = None
+    text = (comment.manual_comment or "") if comment is not None else ""
+    return WrittenResult(grade.name, float(grade.cell.max_score), points, answered, text)
+
+
+def with_manual_grades(course: Course, aid: str, results: list[Result]) -> list[Result]:
+    """``results`` with each written answer's manual score and comment as the gradebook holds them now
+    (instructors grade in formgrader after the autograder ran); a result the gradebook does not know keeps
+    what it recorded. Reads only."""
+    from autograder.late import open_gradebook
+
+    todo = [r for r in results if not r.is_error and r.written]
+    book = open_gradebook(course) if todo else None
+    if book is None:
+        return results
+    with book as gb:
+        for r in todo:
+            try:
+                submission = gb.find_submission(aid, r.student_id)
+            except MissingEntry:
+                continue
+            now = {
+                grade.name: (grade, notebook.name)
+                for notebook in submission.notebooks
+                for grade in notebook.grades
+                if is_written_grade(grade)
+            }
+            for index, w in enumerate(r.written):
+                if w.grade_id in now:
+                    grade, notebook = now[w.grade_id]
+                    comment = _comment(gb, w.grade_id, notebook, aid, r.student_id)
+                    r.written[index] = _written(grade, w.answered, comment)
+    return results
+
+
 class Recorder:
     """The gradebook, opened once for a whole batch."""
 
@@ -95,11 +157,28 @@ class Recorder:
                 warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
                 submission = gb.add_submission(aid, sid)
         points = {cell.grade_id: cell.points for cell in result.cells}
+        answered = {w.grade_id: w.answered for w in result.written}
+        written = {}
         for notebook in submission.notebooks:  # the submission's grade rows, loaded together
             for grade in notebook.grades:
-                grade.auto_score = points.get(grade.name, 0.0)
-                grade.needs_manual_grade = grade.manual_score is not None
+                if grade.name in points or not is_written_grade(grade):
+                    grade.auto_score = points.get(grade.name, 0.0)
+                    grade.needs_manual_grade = grade.manual_score is not None
+                    continue
+                done = answered.get(grade.name, result.status != "unreadable")
+                if grade.manual_score is not None:  # an instructor's score stands, whatever is regraded
+                    grade.needs_manual_grade = False
+                elif done:
+                    grade.auto_score, grade.needs_manual_grade = None, True
+                else:  # still the release's stub: 0, nothing to grade (as nbgrader's autograde does)
+                    grade.auto_score, grade.needs_manual_grade = 0.0, False
+                comment = _comment(gb, grade.name, notebook.name, aid, sid)
+                if comment is not None:
+                    comment.auto_comment = None if done else "No response."
+                written[grade.name] = _written(grade, done, comment)
         gb.db.commit()
+        order = list(answered) + sorted(set(written) - set(answered))
+        result.written = [written[name] for name in order if name in written]
 
     def scores(self, aid: str) -> dict[str, float]:
         return {s.student.id: s.score for s in self.gradebook.find_assignment(aid).submissions}

@@ -23,19 +23,20 @@ import json
 import platform
 import shutil
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
 import numpy as np
 
-from autograder.course import Course, is_graded_test, nbgrader_meta
+from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
 from autograder.sandbox import COMPILE_CACHE
 from dlcourse.grading import Case, compare, load_cases
 
 CELLS_FILE = "cells.json"
 STAMP_FILE = "SOURCE_SHA256"
 CALIBRATION_FILE = "calibration.json"
+WRITTEN_FILE = "written.json"
 CALIBRATION_THREADS = (1, 2, 4)  # and the batch's own thread count, when it is another
 SAFETY_MARGIN = 10.0  # a case's tolerance must be this many times its spread across thread counts
 FINGERPRINT_PACKAGES = (
@@ -59,9 +60,11 @@ class Reference:
     cells: dict[str, dict]  # grade_id -> {"points": float, "cases": [names]}
     cases: dict[str, Case]
     values: dict
+    written: dict[str, float] = field(default_factory=dict)  # written answer's grade_id -> its points
 
     @property
     def max_score(self) -> float:
+        """The autograded points: written answers are graded by hand, and never count here."""
         return sum(cell["points"] for cell in self.cells.values())
 
     @property
@@ -197,6 +200,23 @@ def case_groups(
     return [{"name": k, "cases": v, "points": shares[k]} for k, v in groups.items()]
 
 
+def is_written(cell) -> bool:
+    """A written answer: a markdown answer cell with points, graded by hand in formgrader (never a case of
+    the reference). Its source holds the rubric and a model answer between ``### BEGIN SOLUTION`` and
+    ``### END SOLUTION``; the release shows nbgrader's text stub instead."""
+    meta = nbgrader_meta(cell)
+    return cell.get("cell_type") == "markdown" and bool(meta.get("grade")) and is_solution(cell)
+
+
+def written_cells(nb: nbformat.NotebookNode) -> dict[str, float]:
+    """grade_id -> points of each written answer of a source, in the notebook's order."""
+    return {
+        nbgrader_meta(c)["grade_id"]: float(nbgrader_meta(c).get("points", 0))
+        for c in nb.cells
+        if is_written(c)
+    }
+
+
 def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
     """Prefix every graded test cell with a ``begin_cell`` marker; return their ids, points and any
     points per case the source gives (``metadata.dlcourse.case_points``)."""
@@ -301,6 +321,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         capture = runs[1][1].scratch / "capture"
         (capture / CELLS_FILE).write_text(json.dumps(cells, indent=1))
         (capture / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
+        (capture / WRITTEN_FILE).write_text(json.dumps(written_cells(nb), indent=1))
         (capture / STAMP_FILE).write_text(digest)
         if target.exists():
             shutil.rmtree(target)
@@ -378,4 +399,7 @@ def load_reference(directory: Path) -> Reference:
     if problems:
         raise ValueError(f"reference in {directory} is damaged: {problems}")
     cells = json.loads((directory / CELLS_FILE).read_text())
-    return Reference(directory, cells, cases, values)
+    written = directory / WRITTEN_FILE
+    return Reference(
+        directory, cells, cases, values, json.loads(written.read_text()) if written.is_file() else {}
+    )

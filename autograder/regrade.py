@@ -13,7 +13,8 @@ lines ran; :func:`autograder.reference.source_inputs` draws that line), when the
 or when no capture was kept.
 
 The run itself did not change, so what it showed about tampering (the flags) is kept as it was. Each new
-result is recorded in the gradebook; the old one is kept in ``results/<AID>/history/``. Feedback pages
+result is recorded in the gradebook; the old one is kept in ``results/<AID>/history/``. Manual scores of
+written answers (given in formgrader) stay as they were: recording never overwrites them. Feedback pages
 are written again for the students whose score moved.
 """
 
@@ -107,6 +108,11 @@ def decide_again(course: Course, old: Result, reference: Reference, limits: Limi
     stages = dict(STAGES)
     stages["verify"](g)
     result.flags = old.flags  # the run is the same: so is what it showed about tampering
+    # and so are the written answers; their manual scores stay in the gradebook, never overwritten
+    answered = {w.grade_id: w.answered for w in old.written}
+    for w in result.written:
+        if not answered.get(w.grade_id, True):
+            w.answered, w.points = False, 0.0
     stages["status"](g)
     result.timings = {"decide_again": time.monotonic() - started}
     result.seconds = round(time.monotonic() - started, 3)

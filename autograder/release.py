@@ -10,7 +10,15 @@ from pathlib import Path
 from autograder.course import Course
 from autograder.notebooks import QUIET_ENV
 
-LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+# a written answer's rubric and model answer sit in its solution block: neither may reach a release
+LEAK_MARKERS = (
+    "BEGIN SOLUTION",
+    "END SOLUTION",
+    "BEGIN HIDDEN TESTS",
+    "END HIDDEN TESTS",
+    "**Rubric (",
+    "**Model answer",
+)
 
 
 def nbgrader_env(course: Course) -> dict[str, str]:

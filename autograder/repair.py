@@ -5,8 +5,9 @@ order, and takes everything else from the source: the graded test cells (with th
 the read-only cells (set-up, imports) are inserted from the source, each after the last of the
 student's answers that precedes it in the source. Answers are found by their nbgrader ``grade_id``, or,
 where Colab, copy-paste or another editor lost the metadata, by their content (the function signatures
-and docstrings that the release shows). Every repair is reported; a notebook that cannot be read at all
-gets a clear reason instead of a silent zero.
+and docstrings that the release shows). A written answer (a markdown answer cell, graded by hand) stays
+markdown, never runs, and follows its read-only prompt, as formgrader shows it. Every repair is
+reported; a notebook that cannot be read at all gets a clear reason instead of a silent zero.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.course import Course, is_solution, nbgrader_meta
 
@@ -107,6 +108,14 @@ def _similarity(signature: set[str], text: str) -> float:
     return len(signature & lines) / len(signature)
 
 
+def _prompt_of(source: nbformat.NotebookNode, index: int):
+    """The read-only markdown prompt just before a written answer (a markdown answer cell), or None."""
+    if source.cells[index].cell_type != "markdown" or index == 0:
+        return None
+    before = source.cells[index - 1]
+    return before if before.cell_type == "markdown" and not is_solution(before) else None
+
+
 def repair(course: Course, aid: str, submission: Path) -> Repaired:
     data, fatal, notes = read_notebook(submission)
     if fatal:
@@ -142,10 +151,33 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
         gid: _signature_lines(_text(release_by_id[gid].source)) for gid in fixed_ids if gid in release_by_id
     }
 
-    # 3. Answers whose metadata was lost: match by the lines the release gave them.
+    # 3. Answers whose metadata was lost: match by the lines the release gave them; a written answer
+    #    (markdown) by the read-only prompt just before it, which the student's copy shows unchanged.
     for gid in solution_ids:
         if gid in matched:
             continue
+        prompt = _prompt_of(source, source_ids.index(gid))
+        if prompt is not None:
+            found = next(
+                (
+                    index + 1
+                    for index, cell in enumerate(student[:-1])
+                    if cell["type"] == "markdown" and cell["source"].strip() == _text(prompt.source).strip()
+                ),
+                None,
+            )
+            taken = set(matched.values()) | dropped
+            if (
+                found is not None
+                and found not in taken
+                and student[found]["type"] == "markdown"
+                and student[found]["nbgrader"].get("grade_id") not in solution_ids
+            ):
+                matched[gid] = found
+                notes.append(
+                    f"the answer cell {gid} had lost its nbgrader metadata and was found by its content"
+                )
+                continue
         signature = _signature_lines(_text(release_by_id[gid].source)) if gid in release_by_id else set()
         best, best_score = None, 0.0
         for index, cell in enumerate(student):
@@ -213,8 +245,14 @@ def repair(course: Course, aid: str, submission: Path) -> Repaired:
             if index in answer_at:
                 gid = answer_at[index]
                 original = source.cells[source_ids.index(gid)]
-                new = new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
-                if cell["type"] != "code":
+                if original.cell_type == "markdown":  # a written answer: shown, never run
+                    prompt = _prompt_of(source, source_ids.index(gid))
+                    if prompt is not None:
+                        cells.append(copy.deepcopy(prompt))
+                    new = new_markdown_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
+                else:
+                    new = new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
+                if cell["type"] != "code" and original.cell_type == "code":
                     notes.append(
                         f"the answer cell {gid} had been turned into {cell['type']}; it was run as code"
                     )

@@ -1,7 +1,9 @@
 """A class report, from the recorded results: pass rate per test and a histogram of scores (text and PNG),
 and one HTML page per assignment for the instructor: the histogram, which case failed most in each test
 and with what message, time per submission, the isolation in force, grader errors, flagged submissions
-with their reasons, and a link to each student's feedback page."""
+with their reasons, and a link to each student's feedback page. Scores are the autograded points; written
+answers (graded by hand) are reported apart: what has been graded and which submissions still await
+manual grading, as the gradebook holds them now."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from autograder.course import Course
-from autograder.record import load_results
+from autograder.record import load_results, with_manual_grades
 from autograder.result import Result
 
 
@@ -34,7 +36,7 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    everything = load_results(course, aid)
+    everything = with_manual_grades(course, aid, load_results(course, aid))
     rows = [r for r in everything if not r.is_error]  # a grader error is no score at all
     if not rows:
         raise RuntimeError(f"no graded results for {aid} yet: run `python -m autograder grade {aid}`")
@@ -44,6 +46,9 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     lines += [f"{k:<{width}}  {p:>3}/{n:<3} {p / n:6.0%}" for k, (p, n) in rates.items()]
     scores = [r.score for r in rows]
     lines.append(f"mean score {sum(scores) / len(scores):.1f} / {rows[0].max_score:g}")
+    written = written_summary(rows)
+    if written:
+        lines.append(written)
     if len(everything) > len(rows):
         lines.append(f"{len(everything) - len(rows)} submission(s) not graded (grader error): grade again")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -62,6 +67,21 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     page = render(course, aid, everything, png.read_bytes(), out_dir.resolve())
     page_path(out_dir, aid).write_text(page, encoding="utf-8")
     return text, png
+
+
+def written_summary(rows: list[Result]) -> str:
+    """The written answers (graded by hand) in one line: "" when the assignment has none."""
+    having = [r for r in rows if r.written]
+    if not having:
+        return ""
+    waiting = [r.student_id for r in having if r.awaiting]
+    graded = [r.written_score for r in having if not r.awaiting]
+    mean = f", mean {sum(graded) / len(graded):.1f} / {having[0].written_max:g}" if graded else ""
+    return (
+        f"written answers (graded by hand, {having[0].written_max:g} points, not in the scores above): "
+        f"{len(having) - len(waiting)} of {len(having)} submission(s) graded{mean}; "
+        + (f"awaiting manual grading: {', '.join(waiting)}" if waiting else "none awaits manual grading")
+    )
 
 
 def page_path(out_dir: Path, aid: str) -> Path:
@@ -151,7 +171,7 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
         memory = "" if r.peak_memory_mb is None else f"{r.peak_memory_mb:.0f}"
         students.append(
             f"<tr><td>{e(r.student_id)}</td><td class=num>{e(r.score_text())}</td><td>{e(r.status_words)}</td>"
-            f"<td>{e(r.reason)}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td class=num>{memory}</td><td>{link}</td></tr>"
+            f"<td>{e(r.reason)}</td><td>{e(r.manual_grading())}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td class=num>{memory}</td><td>{link}</td></tr>"
         )
     isolation = "".join(
         f"<li>{e(mode or 'not recorded')}: {n} submission(s)</li>"
@@ -177,6 +197,7 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
 <style>{STYLE}</style></head><body>
 <h1>{e(aid)}: class report</h1>
 <p>{len(rows)} submission(s) graded, mean score {mean}; {len(errors)} not graded because of a grader error.</p>
+{f"<p>{e(written_summary(rows))}</p>" if written_summary(rows) else ""}
 <img alt="histogram of scores" src="data:image/png;base64,{image}">
 <h2>Tests</h2>
 <table><tr><th>test</th><th>passed</th><th>rate</th><th>the case that failed most, and its message</th></tr>{"".join(tests)}</table>
@@ -189,5 +210,5 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
 <p>Seconds: the whole grading of a submission, and its notebook's run in the sandbox. Memory: the sandbox's processes
 (kernel and runner) at their largest, sampled every 0.2 s, in MB; the limit stops a notebook past it, with the status
 saying so.</p>
-<table><tr><th>student</th><th>score</th><th>status</th><th>reason</th><th>seconds</th><th>in sandbox</th><th>peak MB</th><th></th></tr>{"".join(students)}</table>
+<table><tr><th>student</th><th>score</th><th>status</th><th>reason</th><th>written answers</th><th>seconds</th><th>in sandbox</th><th>peak MB</th><th></th></tr>{"".join(students)}</table>
 </body></html>"""

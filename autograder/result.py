@@ -59,9 +59,40 @@ class CellResult:
 
 
 @dataclass
+class WrittenResult:
+    """A written answer, graded by hand in formgrader (never by the autograder). ``points`` is the manual
+    score an instructor gave, as the gradebook held it when the result was recorded or read; None while it
+    awaits manual grading. An answer left as the release's stub gets 0 without waiting, as nbgrader does."""
+
+    grade_id: str
+    max_points: float
+    points: float | None = None
+    answered: bool = True  # changed from the release's stub
+    comment: str = ""  # the grader's comment in formgrader, if any
+
+    @property
+    def awaiting(self) -> bool:
+        return self.points is None
+
+    def text(self) -> str:
+        if self.awaiting:
+            return f"awaiting manual grading ({self.max_points:g} points)"
+        if not self.answered and self.points == 0:
+            return f"0 / {self.max_points:g}: not answered"
+        return f"{self.points:g} / {self.max_points:g}, graded by hand"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WrittenResult:
+        return cls(**_known(cls, data))
+
+
+@dataclass
 class Result:
     """What grading one submission came to. ``status`` is a key of :data:`STATUS`; ``error`` is the
-    grader's own failure: no student code ran, so there is no score (exported empty, never recorded)."""
+    grader's own failure: no student code ran, so there is no score (exported empty, never recorded).
+
+    ``score`` and ``max_score`` count the autograded test cells only; the written answers (``written``) are
+    graded by hand and reported apart: ``total_score`` adds the manual points given so far."""
 
     student_id: str
     assignment: str
@@ -71,6 +102,7 @@ class Result:
     reason: str = ""
     notes: list[str] = field(default_factory=list)  # about the notebook (repairs), shown to the student
     cells: list[CellResult] = field(default_factory=list)
+    written: list[WrittenResult] = field(default_factory=list)  # graded by hand, not in score/max_score
     flags: list[str] = field(default_factory=list)  # for the instructor's review
     isolation: str = ""
     reference: str = ""  # digest of the reference it was decided against
@@ -99,6 +131,39 @@ class Result:
     def status_words(self) -> str:
         return STATUS[self.status][1]
 
+    @property
+    def written_max(self) -> float:
+        return sum(w.max_points for w in self.written)
+
+    @property
+    def written_score(self) -> float:
+        """The manual points given so far (an answer awaiting grading counts 0 here)."""
+        return sum(w.points or 0.0 for w in self.written)
+
+    @property
+    def awaiting(self) -> list[WrittenResult]:
+        """The written answers that still await manual grading."""
+        return [w for w in self.written if w.awaiting]
+
+    @property
+    def total_score(self) -> float:
+        return self.score + self.written_score
+
+    @property
+    def total_max(self) -> float:
+        return self.max_score + self.written_max
+
+    def manual_grading(self) -> str:
+        """The written answers in a few words: "" when there are none, else what awaits manual grading or
+        "graded"."""
+        if not self.written or self.is_error:
+            return ""
+        if self.awaiting:
+            names = ", ".join(w.grade_id for w in self.awaiting)
+            points = sum(w.max_points for w in self.awaiting)
+            return f"awaiting manual grading: {names} ({points:g} points)"
+        return f"written answers graded: {self.written_score:g} / {self.written_max:g}"
+
     def score_text(self) -> str:
         return "not graded" if self.is_error else f"{self.score:>6g}/{self.max_score:<4g}"
 
@@ -122,6 +187,7 @@ class Result:
     def from_dict(cls, data: dict) -> Result:
         known = _known(cls, data)
         known["cells"] = [CellResult.from_dict(c) for c in data.get("cells", [])]
+        known["written"] = [WrittenResult.from_dict(w) for w in data.get("written", [])]
         return cls(**known)
 
 

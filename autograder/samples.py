@@ -21,10 +21,25 @@ SOLUTION_BLOCK = re.compile(
 )
 
 
+MODEL_ANSWER = re.compile(r"\*\*Model answer:?\*\*:?[ \t]*\n?(.*)", re.S)
+
+
+def model_answer(text: str) -> str:
+    """A written answer's source as a student who wrote the model answer would leave it: the text after
+    ``**Model answer:**`` in its solution block (the rubric before it is the grader's, never a student's)."""
+    block = SOLUTION_BLOCK.search(text + "\n")
+    inside = block.group(1) if block else text
+    found = MODEL_ANSWER.search(inside)
+    return (found.group(1) if found else inside).strip()
+
+
 def _answers(source: nbformat.NotebookNode) -> dict[str, str]:
-    """Each answer cell's code as a student who solved it would leave it (solution markers removed)."""
+    """Each answer cell's code as a student who solved it would leave it (solution markers removed); a
+    written answer (markdown) holds its model answer."""
     return {
-        nbgrader_meta(c)["grade_id"]: SOLUTION_BLOCK.sub(lambda m: m.group(1), c.source)
+        nbgrader_meta(c)["grade_id"]: model_answer(c.source)
+        if c.cell_type == "markdown"
+        else SOLUTION_BLOCK.sub(lambda m: m.group(1), c.source)
         for c in source.cells
         if is_solution(c)
     }
@@ -42,19 +57,21 @@ def filled(course: Course, aid: str, answered: set[str] | None = None) -> nbform
 
 
 CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader_config.py's ClearSolutions.code_stub
+TEXT_STUB = "YOUR ANSWER HERE"  # and its ClearSolutions.text_stub, for written answers
 
 
 def untouched(course: Course, aid: str) -> nbformat.NotebookNode:
     """The release as nbgrader generates it from the source, whatever has been saved into the release file
-    since (a self-learner works in it): every code answer cell holds its stub again."""
+    since (a self-learner works in it): every answer cell holds its stub again (code or written)."""
     nb = nbformat.read(str(course.release_notebook(aid)), as_version=4)
     stubs = {}
     for cell in course.read_source(aid).cells:
-        if is_solution(cell) and cell.cell_type == "code":
+        if is_solution(cell):
+            text = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
             stub = (
-                lambda m: "".join(  # noqa: E731  (the stub, at the indentation of its BEGIN line)
+                lambda m, text=text: "".join(  # noqa: E731  (the stub, at the indentation of its BEGIN line)
                     m.group(0)[: len(m.group(0)) - len(m.group(0).lstrip())] + line + "\n"
-                    for line in CODE_STUB.splitlines()
+                    for line in text.splitlines()
                 )
             )
             stubs[nbgrader_meta(cell)["grade_id"]] = SOLUTION_BLOCK.sub(stub, cell.source).rstrip("\n")
@@ -109,8 +126,11 @@ print("found hidden files:", found)
 
 
 def samples(course: Course, aid: str) -> dict[str, str]:
-    """Sample name -> file text: perfect, partial, blank, colab (metadata lost), broken, cheater."""
-    ids = solution_ids(course, aid)
+    """Sample name -> file text: perfect, partial, blank, colab (metadata lost), broken, cheater. Perfect
+    and colab answer the written questions with the model answers; partial answers the first half of the
+    code answers only; blank leaves every stub."""
+    source = course.read_source(aid)
+    ids = [nbgrader_meta(c)["grade_id"] for c in source.cells if is_solution(c) and c.cell_type == "code"]
     release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
     out = {
         "perfect": filled(course, aid),

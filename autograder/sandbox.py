@@ -277,7 +277,8 @@ class Sandbox:
         self.prepare()
         if self.forked:
             self.process = self._server().spawn(self.fork_request())
-            threading.Thread(target=self._read_output, daemon=True).start()
+            self._reader = threading.Thread(target=self._read_output, daemon=True)
+            self._reader.start()
             return self
         self.process = subprocess.Popen(
             self.command(),
@@ -290,16 +291,20 @@ class Sandbox:
             cwd=str(self.scratch / "work"),
             start_new_session=True,
         )
-        threading.Thread(target=self._read_output, daemon=True).start()
+        self._reader = threading.Thread(target=self._read_output, daemon=True)
+        self._reader.start()
         return self
 
     def _read_output(self) -> None:
         assert self.process and self.process.stdout
-        for line in self.process.stdout:
-            if line.strip() == READY:
-                self._ready.set()
-            elif len(self._log) < 200:
-                self._log.append(line.rstrip()[:500])
+        try:
+            for line in self.process.stdout:
+                if line.strip() == READY:
+                    self._ready.set()
+                elif len(self._log) < 200:
+                    self._log.append(line.rstrip()[:500])
+        except (OSError, ValueError):  # closed by cleanup()
+            pass
 
     def wait_ready(self, timeout: float = 120) -> bool:
         deadline = time.monotonic() + timeout
@@ -442,6 +447,11 @@ class Sandbox:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.forked and self.process.poll() is None:  # not yet a session of its own when just forked;
+            try:  # what it started dies with it (parent-death signals down the chain)
+                os.kill(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self.uid is not None:
             kill_all_of_uid(self.uid)
         try:
@@ -451,6 +461,17 @@ class Sandbox:
 
     def cleanup(self) -> None:
         self.kill()
+        if self.process is not None:  # a long batch must not run out of file descriptors
+            streams = [self.process.stdin]
+            reader = getattr(self, "_reader", None)
+            if reader is not None:  # closing under a blocked reader would wait for it: only once it ended
+                reader.join(timeout=2)
+                streams += [] if reader.is_alive() else [self.process.stdout]
+            for stream in streams:
+                try:
+                    stream.close()
+                except (OSError, ValueError, AttributeError):
+                    pass
         shutil.rmtree(self.scratch, ignore_errors=True)
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)

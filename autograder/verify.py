@@ -8,6 +8,10 @@ very comparison on the same data: a cell that the kernel saw pass while one of i
 recorded, or fails when redone outside, is flagged as tampering. Differences from the reference are never
 evidence of tampering (a consistently wrong answer, or floating-point noise, passes its own public check).
 The trusted verdict always stands.
+
+Written answers (markdown answer cells with points) are no cases: the score and its maximum count the
+autograded test cells only, and :func:`written_results` lists the written answers apart, as awaiting
+manual grading (or 0 without waiting, where the answer is still the release's stub, as nbgrader does).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.reference import Reference
-from autograder.result import CellResult, GroupResult
+from autograder.result import CellResult, GroupResult, WrittenResult
 from dlcourse.grading import Case, compare, load_cases, load_expected
 
 
@@ -113,3 +117,15 @@ def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
             CellResult(grade_id, points, cell["points"], not failed, message, seen, groups_shown)
         )
     return verdict
+
+
+def written_results(reference: Reference, repaired=None) -> list[WrittenResult]:
+    """The written answers of the reference's source, each awaiting manual grading, or given 0 where the
+    submission left it as the release's stub (``repaired.answered``; no repair at hand: awaiting). The
+    gradebook's manual scores are added when the result is recorded (:mod:`autograder.record`)."""
+    answered = repaired.answered if repaired is not None else {}
+    found = []
+    for grade_id, points in reference.written.items():
+        done = answered.get(grade_id, True)
+        found.append(WrittenResult(grade_id, float(points), None if done else 0.0, done))
+    return found

@@ -20,10 +20,18 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 
 
+# The release the notebooks install: this package's version (pyproject.toml and dlcourse.__version__
+# carry the same number, tests/test_project.py checks it) and the GitHub release that holds its wheel.
+VERSION = "0.1.0"
+RELEASES = "https://github.com/dlcourse-org/dlcourse/releases/download"
+WHEEL = f"dlcourse-{VERSION}-py3-none-any.whl"
+
 # The set-up cell that opens every notebook, word for word (tests/test_project.py checks it).
-# On Colab it installs this package at a pinned tag; locally it installs nothing. DLCOURSE_PIP
-# points it elsewhere (a fork, a branch, or a local checkout in the tests' Colab-like run).
-PACKAGE_SPEC = "dlcourse @ git+https://github.com/dlcourse-org/dlcourse@v0.1.0"
+# On Colab it installs this package from the wheel that `make wheel` builds and the release workflow
+# (.github/workflows/release.yml) attaches to the tag v<VERSION>: one download, nothing to clone or build.
+# Locally it installs nothing. DLCOURSE_PIP points it elsewhere (a fork's wheel, a branch as
+# "dlcourse @ git+https://...", or a local wheel file in the tests' Colab-like run).
+PACKAGE_SPEC = f"{RELEASES}/v{VERSION}/{WHEEL}"
 SETUP_CELL = f"""\
 # Set-up: run this cell first. On Colab it installs the course package; locally it does nothing.
 import os

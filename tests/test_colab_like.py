@@ -2,9 +2,11 @@
 
 Colab comes with torch, TensorFlow, numpy, matplotlib, scikit-learn, tqdm, IPython and ipywidgets. The
 set-up cell that opens every notebook must install the course package there without touching those,
-print the version banner, and leave the self-check working. This test builds such a runtime from the
-project's own environment (nothing is downloaded again), points the set-up cell at this working tree
-through DLCOURSE_PIP, and runs the cell in that runtime's IPython.
+print the version banner, and leave the self-check working. On Colab it installs the wheel that
+`make wheel` builds and the release workflow attaches to the GitHub release. These tests build that wheel
+offline from this working tree, build such a runtime from the project's own environment (nothing is
+downloaded), point the set-up cell at the wheel file through DLCOURSE_PIP, and run the cell in that
+runtime's IPython with pip's index switched off.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from autograder.notebooks import QUIET_ENV
+from dlcourse.runtime import VERSION, WHEEL
 
 pytestmark = pytest.mark.slow
 
@@ -31,14 +35,6 @@ PROJECT_SITE = Path(sysconfig.get_paths()["purelib"])  # the project's .venv sit
 # (which pip would count as installed). Everything else, pip and setuptools included, is "preinstalled".
 HIDDEN = ["__editable__*dlcourse*", "dlcourse-*.dist-info", "__pycache__"]
 FRAMEWORKS = ("torch", "tensorflow", "tensorflow-cpu")
-NO_NETWORK = (
-    "No matching distribution found",
-    "Could not find a version",
-    "NewConnectionError",
-    "Network is unreachable",
-    "Temporary failure in name resolution",
-    "Failed to establish",
-)
 
 # Run in the runtime's IPython, one cell at a time, as a notebook's kernel would.
 SHELL = """\
@@ -81,20 +77,6 @@ def run(
     return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-def package_repo(target: Path) -> Path:
-    """This working tree's package, committed into a fresh git repository (what pip clones)."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "samples")
-    for name in ("dlcourse", "autograder"):
-        shutil.copytree(ROOT / name, target / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (ROOT / name).is_file():
-            shutil.copy(ROOT / name, target / name)
-    git = ["git", "-C", str(target), "-c", "user.name=test", "-c", "user.email=test@localhost"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "course package"]):
-        subprocess.run(git + args, check=True, capture_output=True)
-    return target
-
-
 def pip_list(python: Path, env: dict[str, str], cwd: Path) -> dict[str, str]:
     done = run([str(python), "-m", "pip", "list", "--format=json"], env, cwd)
     assert done.returncode == 0, done.stderr
@@ -113,10 +95,37 @@ def framework_files(python: Path, env: dict[str, str], cwd: Path) -> dict[str, s
 
 
 @pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The students' wheel, built from this working tree by `make wheel`, offline (pip's index switched off)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    dist = tmp_path_factory.mktemp("dist")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MAKE"))}
+    env.update(PIP_NO_INDEX="1", PIP_NO_CACHE_DIR="1")
+    done = run(
+        ["make", "--no-print-directory", "wheel", f"DIST={dist}", f"WHEEL_PY={sys.executable}"], env, ROOT
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    built = sorted(dist.glob("*.whl"))
+    assert [p.name for p in built] == [WHEEL], f"make wheel built {built}, the set-up cell installs {WHEEL}"
+    return built[0]
+
+
+def test_wheel_holds_the_course_package_and_nothing_else(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {ROOT / n for n in names if not n.startswith(f"dlcourse-{VERSION}.dist-info/")}
+    # every module of dlcourse (its exercises' checks included), and no autograder, tests or notebooks
+    expected = {p for p in (ROOT / "dlcourse").rglob("*.py") if "__pycache__" not in p.parts}
+    assert shipped == expected, (
+        f"missing {sorted(map(str, expected - shipped))}, extra {sorted(map(str, shipped - expected))}"
+    )
+    metadata = zipfile.ZipFile(wheel).read(f"dlcourse-{VERSION}.dist-info/METADATA").decode()
+    assert f"\nVersion: {VERSION}\n" in metadata
+
+
+@pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
     """A fresh venv that sees the project's packages (torch, TF, ...) but not dlcourse."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed: pip needs it for the set-up cell's git+ URL")
     base = tmp_path_factory.mktemp("colab")
     venv = base / "venv"
     subprocess.run(
@@ -151,13 +160,12 @@ def test_runtime_has_the_frameworks_and_not_the_course_package(runtime):
     assert done.returncode != 0 and "No module named 'dlcourse'" in done.stderr
 
 
-def test_set_up_cell_installs_the_package_and_leaves_the_frameworks_alone(runtime):
+def test_set_up_cell_installs_the_wheel_offline_and_leaves_the_frameworks_alone(runtime, wheel):
     python, env, cwd = runtime
     before = pip_list(python, env, cwd)
     files_before = framework_files(python, env, cwd)
-    repo = package_repo(cwd / "dlcourse-src")
-    # "localhost": pip 23's requirement parser rejects a git+file URL with an empty host (git+file:///...)
-    env = dict(env, DLCOURSE_PIP=f"dlcourse @ git+file://localhost{repo}")
+    # The wheel file in place of the release's URL, and no package index: the install must need nothing else.
+    env = dict(env, DLCOURSE_PIP=str(wheel), PIP_NO_INDEX="1")
     stub, solution = lecture_cells("adam_step")
     cells = [
         setup_cell(),
@@ -169,14 +177,12 @@ def test_set_up_cell_installs_the_package_and_leaves_the_frameworks_alone(runtim
     (cwd / "shell.py").write_text(SHELL)
     done = run([str(python), str(cwd / "shell.py"), str(cwd / "cells.json")], env, cwd, timeout=600)
     output = done.stdout + done.stderr
-    if done.returncode != 0 and any(sign in output for sign in NO_NETWORK):
-        pytest.skip(f"pip could not reach a package index for the build requirements:\n{output[-1500:]}")
     assert done.returncode == 0, output[-4000:]
     setup_output, check_output, stub_output, solution_output = output.split("=== cell ")[1:]
 
     # The package is installed; no framework was reinstalled, upgraded or moved.
     after = pip_list(python, env, cwd)
-    assert after.pop("dlcourse") == "0.1.0"
+    assert after.pop("dlcourse") == VERSION
     assert after == before, "installing the course package changed other packages"
     assert framework_files(python, env, cwd) == files_before
     venv_site = next((python.parent.parent / "lib").glob("python*/site-packages"))

@@ -1,5 +1,6 @@
 """The project's own habits: pins agree, the package's requirements stay ranges, notebooks carry no
-outputs, every notebook opens with the same set-up cell, and CI runs the README's test command."""
+outputs, every notebook opens with the same set-up cell (which installs this version's release wheel),
+lectures' solutions are hidden in Colab and JupyterLab alike, and CI runs the README's test command."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from dlcourse.runtime import PACKAGE_SPEC, SETUP_CELL
+import dlcourse
+from dlcourse.runtime import PACKAGE_SPEC, SETUP_CELL, VERSION, WHEEL
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^\s*-?\s*([A-Za-z0-9_.\-\[\]]+)==([^\s#]+)")
@@ -77,6 +80,68 @@ def test_every_notebook_opens_with_the_set_up_cell(path):
     assert first["cell_type"] == "code"
     assert "".join(first["source"]) == SETUP_CELL
     assert PACKAGE_SPEC in SETUP_CELL and "google.colab" in SETUP_CELL  # one pinned reference, Colab only
+
+
+def test_set_up_cell_installs_the_release_wheel_of_this_version():
+    """The URL the notebooks install from is the wheel `make wheel` builds for this very version."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert VERSION == version == dlcourse.__version__, (
+        "bump pyproject.toml, dlcourse.__version__ and runtime.VERSION together"
+    )
+    assert WHEEL == f"dlcourse-{version}-py3-none-any.whl"
+    assert PACKAGE_SPEC == f"https://github.com/dlcourse-org/dlcourse/releases/download/v{version}/{WHEEL}"
+    assert f"'DLCOURSE_PIP', '{PACKAGE_SPEC}'" in SETUP_CELL  # still overridable, for forks and the tests
+
+
+def test_release_workflow_attaches_the_wheel_to_the_tag():
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert re.search(r"^on:\s*\n\s+push:\s*\n\s+tags:", workflow, flags=re.M), (
+        "the release runs on a pushed tag"
+    )
+    assert "make wheel" in workflow  # the same build as here
+    assert "gh release upload" in workflow and "dist/" in workflow
+    assert "GITHUB_REF_NAME" in workflow  # it refuses a tag that does not name the package's version
+
+
+COLAB_TITLE = re.compile(r"#\s*@title Solution: run to check, double-click to read\b")
+
+
+def hidden_in_jupyterlab(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"))
+
+
+def hidden_in_colab(cell) -> bool:
+    """Colab shows a code cell as a form, its title only, when metadata.cellView is "form" and the first
+    line is a `# @title` comment (double-clicking the title shows the code)."""
+    source = "".join(cell["source"])
+    return cell.get("metadata", {}).get("cellView") == "form" and bool(COLAB_TITLE.match(source))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "lectures").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.name)
+def test_hidden_solutions_are_hidden_in_colab_and_jupyterlab(path):
+    from tests.test_lectures import is_hidden_solution
+
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cells = nb["cells"]
+    solutions = []
+    for number, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        after_heading = (
+            number > 0
+            and cells[number - 1]["cell_type"] == "markdown"
+            and ("Solution (try first!)" in "".join(cells[number - 1]["source"]).split("\n", 1)[0])
+        )
+        hidden = {"JupyterLab": hidden_in_jupyterlab(cell), "Colab": hidden_in_colab(cell)}
+        if after_heading or any(hidden.values()):
+            assert all(hidden.values()), (
+                f"cell {number} ({cell.get('id')}) is a solution: hide it in JupyterLab and Colab alike, {hidden}"
+            )
+            solutions.append(cell)
+    assert solutions, f"{path.name} has no hidden solution"
+    # the lecture test runs exactly these cells as hidden solutions, with their self-checks
+    found = [c for c in nbformat.reads(json.dumps(nb), as_version=4).cells if is_hidden_solution(c)]
+    assert [c.id for c in found] == [c["id"] for c in solutions]
 
 
 def test_set_up_cell_installs_nothing_locally(tmp_path):
