@@ -62,17 +62,30 @@ class Job:
 def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
     """Modules a child imports before the student's code arrives: the heavy ones the source uses.
 
-    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn.
+    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn. A
+    source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
+    pays on its first ``torch.compile``); none of these starts a thread when imported.
     """
     text = course.source_notebook(aid).read_text(encoding="utf-8")
+    compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
     uses = {
         "numpy": "numpy" in text,
         "dlcourse": "dlcourse" in text,
         "torch": "torch" in text or "dlcourse.banner()" in text,
         "sklearn": "sklearn" in text or "dlcourse.data" in text,
         "tensorflow": "tensorflow" in text,
+        "torch._dynamo": compiles,
+        "torch._inductor.compile_fx": compiles,
+        "torch.export": compiles,
     }
-    return tuple(module for module, used in uses.items() if used and importlib.util.find_spec(module))
+    return tuple(module for module, used in uses.items() if used and _findable(module))
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a submodule of a package that is not installed
+        return False
 
 
 def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:

@@ -25,7 +25,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["grading", "course", "claims"],
+        choices=["grading", "course", "claims", "mutants"],
         help="run only this section (repeatable)",
     )
     parser.add_argument("--workers", type=int, default=None, help="autograder workers (default: the cores)")
@@ -57,7 +57,7 @@ def measure(args: argparse.Namespace) -> dict:
         "machine": describe_machine(),
         "sections": {},
     }
-    for name in args.only or list(entry):
+    for name in [n for n in args.only or list(entry) if n in entry]:
         try:
             run["sections"][name] = entry[name]()
         except Exception as err:  # record the failure and go on: the other sections still count
@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.report import write_report
 
     failed = False
-    if not args.report_only:
+    # the mutation score (benchmarks.mutants): full runs only, about 5 minutes an assignment
+    mutants = not args.quick and (not args.only or "mutants" in args.only)
+    if not args.report_only and (not args.only or set(args.only) - {"mutants"}):
         run = measure(args)
         results = args.out / "results"
         results.mkdir(parents=True, exist_ok=True)
@@ -85,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(run, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         print(f"recorded {path} ({run['seconds']:.0f} s)")
         failed = any("error" in section for section in run["sections"].values())
+    if not args.report_only and mutants:
+        from benchmarks.mutants import run_and_record
+
+        path = run_and_record(args.out, workers=1)  # results/mutants-<timestamp>.json
+        failed = failed or any(
+            "error" in a for a in json.loads(path.read_text(encoding="utf-8"))["assignments"]
+        )
     print(f"wrote {write_report(args.out)}")
     return 1 if failed else 0
 

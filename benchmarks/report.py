@@ -12,11 +12,14 @@ from pathlib import Path
 SECTIONS = ("grading", "course", "claims")
 PLOT_NAME = "summary.png"
 WAYS = (("nbgrader", "nbgrader"), ("lower_bound", "lower bound"), ("autograder", "autograder"))
+MUTANTS_PREFIX = "mutants-"  # results/mutants-<timestamp>.json: benchmarks.mutants
 
 
 def load_runs(results: Path) -> list[tuple[str, dict]]:
     runs = []
     for path in sorted(results.glob("*.json")):
+        if path.name.startswith(MUTANTS_PREFIX):  # mutation runs: their own section
+            continue
         try:
             runs.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
         except (OSError, ValueError):
@@ -136,17 +139,43 @@ def grading_section(name: str, run: dict) -> list[str]:
         "lower_bound_vs_autograder": ("lower-bound throughput / autograder throughput", "<="),
         "overhead_seconds": (
             "median per-submission overhead on the critical path, worst assignment (s)",
-            "<",
+            "<=",
         ),
+        "a4_vs_a3_per_submission": ("A4's median seconds per submission / A3's", "<="),
+        "scaling_40_vs_10": ("seconds per submission at 40 / at 10 submissions (flat)", "<="),
     }
     rows = []
     for key, (text, op) in descriptions.items():
-        measured, target = tg["measured"][key], tg["targets"][key]
+        if key not in tg["targets"]:  # a run recorded before this target existed
+            continue
+        measured, target = tg["measured"].get(key), tg["targets"][key]
         rows.append(
             [text, f"{op} {target}", fmt(measured), fmt(tg["met"][key]), shortfall(key, measured, target)]
         )
     out += ["### Targets", "", f"({tg['note']}.)", ""]
     out += table(["target", "wanted", "measured", "met", "by how much"], rows)
+
+    memory = [(a["assignment"], a["autograder"]["memory_mb"]) for a in g["assignments"]
+              if a["autograder"].get("memory_mb")]  # fmt: skip
+    if memory:
+        out += ["### Memory per worker (autograder's main run, peak of samples every 2 s, MB)", "",
+                "Each worker's warm parent and everything forked from it. RSS counts a page shared by N "
+                "processes N times; PSS divides it among them (what the machine spends).", ""]  # fmt: skip
+        rows = [[aid, slot, m.get("parent_rss"), m.get("parent_pss"), m["peak_rss"], m["peak_pss"], m["processes"]]
+                for aid, per in memory for slot, m in per.items()]  # fmt: skip
+        out += table(["assignment", "worker", "warm parent RSS", "warm parent PSS", "peak RSS, all",
+                      "peak PSS, all", "processes at peak"], rows)  # fmt: skip
+    a4 = g.get("a4")
+    if a4 and "error" not in a4:
+        out += ["### A4 against A3: warm parents and the shared compile cache", "",
+                f"{a4['submissions']} submissions each (perfect, partial, blank, broken), graded side by side in "
+                "this run: A4 three ways, A3 the default way; median seconds of one submission.", ""]  # fmt: skip
+        names = [k for k in a4 if isinstance(a4[k], dict) and "median_submission_seconds" in a4[k]]
+        rows = [[name, fmt(a4[name]["median_submission_seconds"]), f"{a4[name]['seconds']:.1f}",
+                 ", ".join(fmt(x) for x in a4[name]["scores"])] for name in names]  # fmt: skip
+        out += table(["way", "median s per submission", "batch seconds", "scores"], rows)
+    elif a4:
+        out += ["### A4", "", f"Not measured: {a4['error']}", ""]
 
     out += ["### Scores: nbgrader against the autograder", ""]
     for a in g["assignments"]:
@@ -277,6 +306,71 @@ def claims_section(name: str, run: dict) -> list[str]:
     return out
 
 
+def latest_mutants(results: Path) -> dict[str, tuple[str, dict]]:
+    """Assignment -> (file, its entry) from the latest mutation run that measured it without an error, with
+    the equivalence judgements of ``benchmarks.mutants`` (made by reading the survivors) applied."""
+    from benchmarks.mutants import rescore
+
+    out: dict[str, tuple[str, dict]] = {}
+    for path in sorted(results.glob(MUTANTS_PREFIX + "*.json")):
+        try:
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for entry in run.get("assignments", []):
+            if "error" not in entry:
+                out[entry["assignment"]] = (path.name, rescore(entry))
+    return dict(sorted(out.items()))
+
+
+def percent(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def mutants_section(results: Path) -> list[str]:
+    chosen = latest_mutants(results)
+    if not chosen:
+        return []
+    out = ["## Mutation score of the graded tests", "",
+           "`python -m benchmarks.mutants` (in `make bench`): each mutant is the perfect submission with one answer "
+           "cell's solution changed by one small slip (an operator, comparison, constant, dropped statement, "
+           "reduction, transpose, argument order or axis), graded as a student by the real grader (sandboxed, one "
+           "batch per assignment, with a control: the perfect submission through the same `ast` round trip, which "
+           "must get full marks). Killed: less than full marks. Target: at least 90% killed per assignment, "
+           "leaving out survivors shown equivalent (by a rule or a written argument, never by assumption) and those "
+           "in an open-ended answer that still meet its specification (`JUDGED_EQUIVALENT` in "
+           "`benchmarks/mutants.py` says why for each).", ""]  # fmt: skip
+    rows = []
+    for aid, (name, a) in chosen.items():
+        control = a["control"]
+        rows.append([aid, f"`{name}`", f"{a['mutants']} of {sum(a['candidates'].values())}", a["killed"], a["survived"],
+                     a["equivalent"], a["errors"], percent(a["score_raw"]), percent(a["score_excluding_equivalent"]),
+                     fmt(a["target_met"]), f"{control['score']:g}/{control['max_score']:g}"])  # fmt: skip
+    out += table(["assignment", "run", "mutants (drawn of)", "killed", "survived", "shown equivalent or allowed", "grader errors",
+                  "score (raw)", "score (without those)", ">= 90%", "control"], rows)  # fmt: skip
+    survivors = [(aid, r) for aid, (_, a) in chosen.items() for r in a["rows"] if r["outcome"] == "survived"]
+    out += ["### Surviving mutants", ""]
+    if not survivors:
+        out += ["None.", ""]
+    for aid, r in survivors:
+        differing = r.get("differing_cases")
+        if r.get("outputs_identical"):
+            notes = ["captured values bit-identical to the control's on every graded case"]
+        elif differing is None:
+            notes = ["captured values differ from the control's, within the tests' tolerances"]
+        else:
+            shown = ", ".join(f"`{c}`" for c in differing[:8]) + (", ..." if len(differing) > 8 else "")
+            notes = [
+                f"captured values differ from the control's (within tolerance) on {len(differing)} case(s): {shown}"
+            ]
+        if r.get("equivalent"):
+            reason = r["equivalent"]
+            notes.insert(0, reason if reason.startswith("allowed") else f"equivalent: {reason}")
+        out += [f"- {aid} `{r['id']}` ({r['cell']}, {r['operator']}) {r['description']}; {'; '.join(notes)}",
+                "", "  ```diff", *[f"  {line}" for line in r.get("diff", "").splitlines()], "  ```", ""]  # fmt: skip
+    return out
+
+
 def plot(results: Path, chosen: dict[str, tuple[str, dict] | None]) -> Path | None:
     """One figure: throughput of the three ways, autograder scaling, and course run time against limits."""
     import matplotlib
@@ -371,6 +465,7 @@ def write_report(out: Path) -> Path:
     ):
         if chosen.get(section):
             lines += render(*chosen[section])
+    lines += mutants_section(results)
     target = out / "RESULTS.md"
     target.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return target
