@@ -237,6 +237,7 @@ class MemorySampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self.sample()  # a batch shorter than the interval has one sample all the same
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
