@@ -518,15 +518,11 @@ def mutant_limits(workers: int):
 
 
 def mutant_isolation():
-    """bubblewrap where it works (each kernel a fresh program: the path the grading benchmarks measured),
-    else what ``auto`` gives. A grade does not depend on the isolation; a mutation run only needs a
-    runner that stays put while it grades a few hundred notebooks."""
+    """What ``auto`` gives, as for a class: a grade does not depend on the isolation, and forked kernels
+    make the few hundred notebooks of a mutation run cheap."""
     from autograder.isolation import resolve
 
-    try:
-        return resolve("bubblewrap")
-    except Exception:  # not installed, or cannot start here
-        return resolve("auto")
+    return resolve("auto")
 
 
 def _captured(course: Course, aid: str, sid: str) -> dict:
