@@ -182,6 +182,8 @@ def main() -> None:
         code = [f"import {name}" for name in modules]
         if "torch" in modules and args.threads:  # torch caps OMP_NUM_THREADS at the cores; this it keeps
             code.append(f"torch.set_num_threads({args.threads})")
+        # loaded, but no name left behind: a notebook that forgot an import fails here as in a forked kernel
+        code.append("del " + ", ".join(dict.fromkeys(name.split(".")[0] for name in modules)))
         warm = nbformat.v4.new_code_cell("\n".join(code))
         client.nb.cells = [warm]
         started = time.perf_counter()

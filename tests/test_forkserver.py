@@ -189,3 +189,16 @@ def test_which_isolation_and_runner_each_machine_gets(monkeypatch, namespaces, b
     assert isolation.resolve(mode, "spawn").runner == "spawn"
     with pytest.raises(isolation.IsolationError, match="cannot use bubblewrap"):
         isolation.resolve("bubblewrap", "fork")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["fork", "spawn"])
+def test_both_runners_load_the_frameworks_but_leave_no_name_behind(runner):
+    """A notebook that forgot `import torch` fails the same way whichever runner started its kernel."""
+    isolation = resolve("basic", runner)
+    code = "import sys\nprint(sorted(n for n in ('torch', 'numpy') if n in dir()), 'torch' in sys.modules)"
+    outcome = run_in_sandbox(
+        nbformat.v4.new_notebook(cells=[new_code_cell(code)]), ("numpy", "torch"), isolation
+    )
+    assert outcome.status == "finished", outcome.detail
+    assert outcome.summary["cells"][0]["output"].strip() == "[] True"
