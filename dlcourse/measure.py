@@ -147,6 +147,7 @@ class GpuPeak:
     bf16: float | None
     memory_gb_s: float
     source: str
+    fp8: float | None = None  # dense FP8 tensor-core rate (E4M3 or E5M2 inputs); None where the chip has none
 
     def fp32_from_arithmetic(self) -> float:
         """SMs x FP32 cores per SM x 2 FLOP per cycle (a fused multiply-add) x clock, in TFLOP/s."""
@@ -154,7 +155,8 @@ class GpuPeak:
 
 
 # Dense figures (no structured sparsity) from NVIDIA's data sheets and architecture white papers.
-# tf32/fp16/bf16 are tensor-core rates; None where the chip has no such tensor-core mode. One entry per
+# tf32/fp16/bf16/fp8 are tensor-core rates; None where the chip has no such tensor-core mode (FP8 needs
+# compute capability 8.9, Ada, or 9.0, Hopper; data sheets print it "with sparsity", twice these). One entry per
 # variant whose figures differ: an A100 with 40 GB of HBM2 has 1,555 GB/s, with 80 GB 2,039 (SXM) or
 # 1,935 (PCIe); an H100 PCIe has fewer SMs, a lower clock and HBM2e instead of HBM3.
 GPU_PEAKS: dict[str, GpuPeak] = {
@@ -172,12 +174,46 @@ GPU_PEAKS: dict[str, GpuPeak] = {
             "A100 80GB PCIe", 108, 64, 1.41, 19.5, 156.0, 312.0, 312.0, 1935, "NVIDIA A100 data sheet (PCIe)"
         ),
         GpuPeak("A100 40GB", 108, 64, 1.41, 19.5, 156.0, 312.0, 312.0, 1555, "NVIDIA A100 data sheet (40GB)"),
-        GpuPeak("L4", 58, 128, 2.04, 30.3, 60.0, 121.0, 121.0, 300, "NVIDIA L4 data sheet"),
-        GpuPeak("H100", 132, 128, 1.98, 67.0, 494.7, 989.4, 989.4, 3350, "NVIDIA H100 data sheet (SXM)"),
+        GpuPeak("L4", 58, 128, 2.04, 30.3, 60.0, 121.0, 121.0, 300, "NVIDIA L4 data sheet", fp8=242.5),
         GpuPeak(
-            "H100 PCIe", 114, 128, 1.755, 51.0, 378.0, 756.0, 756.0, 2000, "NVIDIA H100 data sheet (PCIe)"
+            "H100",
+            132,
+            128,
+            1.98,
+            67.0,
+            494.7,
+            989.4,
+            989.4,
+            3350,
+            "NVIDIA H100 data sheet (SXM)",
+            fp8=1978.9,
         ),
-        GpuPeak("H200", 132, 128, 1.98, 67.0, 494.7, 989.4, 989.4, 4800, "NVIDIA H200 data sheet (SXM)"),
+        GpuPeak(
+            "H100 PCIe",
+            114,
+            128,
+            1.755,
+            51.0,
+            378.0,
+            756.0,
+            756.0,
+            2000,
+            "NVIDIA H100 data sheet (PCIe)",
+            fp8=1513.0,
+        ),
+        GpuPeak(
+            "H200",
+            132,
+            128,
+            1.98,
+            67.0,
+            494.7,
+            989.4,
+            989.4,
+            4800,
+            "NVIDIA H200 data sheet (SXM)",
+            fp8=1978.9,
+        ),
     )
 }
 
