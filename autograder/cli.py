@@ -73,13 +73,13 @@ def cmd_reference(args) -> int:
 
 
 def cmd_collect(args) -> int:
-    from autograder.collect import collect
+    from autograder.collect import collect, read_roster, received_rules, summary
 
-    found = collect(args.course, args.aid, Path(args.path), args.pattern)
-    for note in found.notes:
-        print(f"note: {note}")
-    print(f"collected {len(found.students)} submission(s) of {args.aid}: {', '.join(sorted(found.students))}")
-    return 0
+    rules = received_rules(args.received or [], args.exchange_timestamps)
+    roster = read_roster(Path(args.roster)) if args.roster else None
+    found = collect(args.course, args.aid, Path(args.path), args.pattern, roster=roster, rules=rules)
+    print("\n".join(summary(found, args.aid)))
+    return 1 if found.problems else 0
 
 
 def cmd_grade(args) -> int:
@@ -106,16 +106,51 @@ def cmd_export(args) -> int:
 
     target = Path(args.to)
     if args.format == "canvas":
-        export_canvas(args.course, target, args.assignment or None)
+        aids = args.assignment or []
+        export_canvas(args.course, target, aids, canvas_ids(args.canvas_id or [], aids))
     else:
         export_nbgrader(args.course, target.resolve())
     print(f"wrote {target}")
+    if args.format == "canvas":
+        canvas_notes(args.course, aids)
     for aid, waiting in awaiting_manual_grading(args.course, args.assignment or None).items():
         print(
             f"note: {aid}: the written answers of {len(waiting)} student(s) await manual grading in formgrader "
             f"({', '.join(waiting[:5])}{', ...' if len(waiting) > 5 else ''}); their scores count only what is graded"
         )
     return 0
+
+
+def canvas_ids(values: list[str], aids: list[str]) -> dict[str, str]:
+    """``--canvas-id`` values, ``AID=ID`` or, with one assignment, ``ID``."""
+    found = {}
+    for value in values:
+        aid, sep, number = value.rpartition("=")
+        if not sep and len(aids) != 1:
+            raise ValueError(f"--canvas-id {value}: say which assignment, as AID={value}")
+        found[aid if sep else aids[0]] = number
+    unknown = set(found) - set(aids)
+    if unknown:
+        raise ValueError(
+            f"--canvas-id for {', '.join(sorted(unknown))}, which is not exported (--assignment)"
+        )
+    return found
+
+
+def canvas_notes(course: Course, aids: list[str]) -> None:
+    from autograder.export import points_possible, without_canvas_id
+
+    for aid in aids:
+        print(
+            f"note: {aid}: scores out of {points_possible(course, aid):g} points; Canvas keeps its own points possible"
+        )
+    missing = without_canvas_id(course, aids)
+    if missing:
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        print(
+            f"note: {len(missing)} student(s) have no Canvas user id ({shown}): Canvas matches them only by name; "
+            "collect from a Canvas download, or with a --roster that gives their Canvas user id"
+        )
 
 
 def cmd_deadline(args) -> int:
@@ -235,7 +270,24 @@ def build_parser() -> argparse.ArgumentParser:
     from autograder.collect import CANVAS_PATTERN
 
     p.add_argument(
-        "--pattern", default=CANVAS_PATTERN, help="regex with a (?P<student>...) group for LMS file names"
+        "--pattern",
+        default=CANVAS_PATTERN,
+        help="regex for the names an LMS writes at the top of its download: (?P<student>...) its name, "
+        "(?P<user>...) its user id, (?P<late>...) its LATE mark (default: Canvas's)",
+    )
+    p.add_argument(
+        "--roster", help="CSV lms_id,student_id,name: the ids to give (resolves what collect lists)"
+    )
+    p.add_argument(
+        "--received",
+        action="append",
+        metavar="[STUDENT=]TIME",
+        help="hand-in time of one student, or of everyone the LMS gives none (repeatable)",
+    )
+    p.add_argument(
+        "--exchange-timestamps",
+        action="store_true",
+        help="trust nbgrader exchange timestamp.txt files beside the notebooks (written on students' machines)",
     )
     p.set_defaults(func=cmd_collect)
 
@@ -267,7 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export grades as CSV")
     p.add_argument("--format", choices=["nbgrader", "canvas"], default="nbgrader")
     p.add_argument("--to", required=True)
-    p.add_argument("--assignment", action="append", help="(canvas) only these assignments")
+    p.add_argument(
+        "--assignment", action="append", help="the assignment to export (repeatable; canvas: required)"
+    )
+    p.add_argument(
+        "--canvas-id",
+        action="append",
+        metavar="[AID=]ID",
+        help="(canvas) the assignment's id in Canvas, from its address .../assignments/ID (repeatable)",
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

@@ -1,170 +1,667 @@
 """Stage 1, collect: a folder of notebooks or an LMS download (zip) becomes one submission per student,
 laid out as nbgrader expects: ``submitted/<student_id>/<AID>/<AID>.ipynb``.
 
-The student id comes from, in order: an LMS file name (Canvas's ``name_12345_67890_file.ipynb`` by default,
-configurable), ``<student_id>/<any>.ipynb``, or ``<student_id>.ipynb``. Nothing here parses a notebook:
-a broken file is collected as it is, and the next stages report on it.
+Who handed in what, and when, comes from the LMS or the instructor, never from a name, a file time or a file a
+student chose:
 
-Each submission's hand-in time goes where nbgrader keeps it, ``submitted/<student_id>/<AID>/timestamp.txt``,
-taken from, in order: a ``timestamp.txt`` beside the notebook in the student's folder (as nbgrader's exchange
-writes one), else the file's own time (a zip member's, read as UTC). An LMS's own verdict on an LMS file name
-(Canvas's ``_LATE_``) then wins over that time: see :func:`hand_in_time`.
+- **Who.** Only an entry at the top of the download names a student: a file or folder whose name the LMS wrote
+  (Canvas's ``lastfirst[_LATE]_<user id>_<attachment id>_<the student's file name>``; ``--pattern`` for another
+  LMS), else ``<student>.ipynb`` or a folder ``<student>/`` as the instructor's export laid them out. Nothing
+  inside a student's folder, and no part of a name a student chose, is read for identity or time. The LMS's own
+  user id is kept (in nbgrader's gradebook, ``Student.lms_user_id``, where the Canvas export finds it), and a
+  student keeps the id the gradebook already holds for that LMS id. Ids are normalised (Unicode NFC; letters
+  and digits of any script, ``_ . -``; no control characters) and unique (ignoring case). Two LMS users with
+  one name each keep it with their user id appended (``smithjohn_1001``, ``smithjohn_1002``), an LMS name that
+  is no usable id becomes ``canvas_<user id>``; a folder or file name that is no usable id, or that clashes with
+  another, is not collected. Each of these is listed to resolve, and an instructor's roster (``--roster``:
+  ``lms_id,student_id,name``) decides them on the next run.
+- **When.** In order: the instructor's ``--received STUDENT=TIME``; the LMS's verdict in the name it wrote
+  (``LATE``: one second after the due date, the least lateness the verdict allows; on time: no time recorded,
+  so on time whatever the due date); nbgrader's exchange ``timestamp.txt`` beside the notebook, only with
+  ``--exchange-timestamps`` (the student's machine wrote it); the instructor's ``--received TIME`` for the
+  rest. A hand-in with none of these has no known time and counts as on time (no ``timestamp.txt``, as
+  :mod:`autograder.late` reads it); the summary says so for each. File times are never read.
+- **What.** Every member is handled on its own, read in a stream with a hard cap, and copied under a path
+  made from the student id alone: a bad member (an unsafe or over-long name, a link, a damaged or oversized
+  file) costs at most its own student, with a reason, never the batch. Names are printed escaped
+  (:func:`shown`).
+
+Nothing here parses a notebook: a broken file is collected as it is, and the next stages report on it.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import lzma
 import os
 import re
-import shutil
-import tempfile
+import stat
+import unicodedata
 import zipfile
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from autograder.course import Course
 
-# Canvas: "lastfirst_12345_6789012_A1.ipynb", late ones "lastfirst_LATE_12345_6789012_A1-1.ipynb".
-# A pattern's optional (?P<late>...) group is the LMS saying the file came in after its due date.
-CANVAS_PATTERN = r"^(?P<student>[A-Za-z0-9\-]+)_(?P<late>LATE_)?\d+_\d+_.+\.ipynb$"
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-MAX_ZIP_BYTES = 2 * 2**30
-MAX_MEMBER_BYTES = 64 * 2**20
+# Canvas writes ``sanitize(sortable name [+ "_LATE"] + "_" + user id) + "_" + attachment id + "_" + the file's
+# own name``, the first part lower-cased and stripped to word characters, with any "_<digits>_" taken out of
+# the name. The student's own file name (``file``) comes last and is never read for identity or time.
+CANVAS_PATTERN = r"(?P<student>.+?)_(?:(?P<late>(?i:late))_)?(?P<user>\d+)_(?P<attachment>\d+)_(?P<file>.*)"
+MAX_MEMBER_BYTES = 64 * 2**20  # one notebook
+MAX_TOTAL_BYTES = 2 * 2**30  # everything collected from one source
+MAX_ENTRIES = 50_000  # files and folders looked at in one source
+MAX_DEPTH = 16  # folders inside a student's folder
+MAX_ID_CHARS = 64
+STAMP_BYTES = 256  # an exchange timestamp.txt is one short line
+SKIPPED_FOLDERS = {".ipynb_checkpoints", "__MACOSX"}
+ROSTER_BYTES = 16 * 2**20
+
+
+class SourceError(ValueError):
+    """The source as a whole cannot be read (not a zip, not a folder): nothing was collected."""
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print to a terminal: backslashes and every character that is not printable (control
+    characters, escape sequences, line breaks, bidirectional overrides, lone surrogates) as escapes, as
+    ``repr`` writes them; letters of every script as they are."""
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1] if ord(ch) < 0xD800 or ord(ch) > 0xDFFF else f"\\u{ord(ch):04x}")
+    return "".join(out)
+
+
+def student_id(raw: str) -> str | None:
+    """``raw`` as a student id (NFC), or None where it is none: 1 to 64 characters, each a letter, mark or digit
+    of any script or one of ``_ . -``, beginning with a letter or digit, at most 255 bytes in UTF-8."""
+    text = unicodedata.normalize("NFC", raw)
+    if not 0 < len(text) <= MAX_ID_CHARS or len(text.encode("utf-8", "surrogatepass")) > 255:
+        return None
+    if unicodedata.category(text[0])[0] not in "LN":
+        return None
+    if not all(unicodedata.category(ch)[0] in "LMN" or ch in "_.-" for ch in text):
+        return None
+    return text
+
+
+def same_id(sid: str) -> str:
+    """The key under which two ids are one student (case and compatibility forms ignored, as a
+    case-insensitive file system or a spreadsheet would)."""
+    return unicodedata.normalize("NFKC", sid).casefold()
+
+
+# ------------------------------------------------------------------------------------------ the source
+
+
+@dataclass(frozen=True)
+class Member:
+    """One regular file of the source: its path inside the source (``/``-separated) and how to open it."""
+
+    parts: tuple[str, ...]
+    size: int
+    opener: Callable[[], BinaryIO]
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.parts)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    reason: str
+
+
+def clean_parts(name: str) -> tuple[str, ...] | str:
+    """A member name's path parts, or the reason it is unsafe."""
+    if not name.strip("/\\"):
+        return "an empty name"
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+        return "an unsafe path (absolute)"
+    parts = tuple(p for p in re.split(r"[/\\]", name) if p not in ("", "."))
+    if ".." in parts:
+        return "an unsafe path (..)"
+    if not parts:
+        return "an empty name"
+    return parts
+
+
+def zip_members(zf: zipfile.ZipFile) -> Iterator[Member | Skipped]:
+    """The regular files of a zip; links, devices, encrypted and unsafe members skipped with a reason."""
+    for count, info in enumerate(zf.infolist()):
+        if count >= MAX_ENTRIES:
+            yield Skipped("(the rest of the zip)", f"more than {MAX_ENTRIES} members")
+            return
+        if info.filename.endswith("/"):  # a folder (ZipInfo.is_dir fails on an empty name)
+            continue
+        kind = stat.S_IFMT(info.external_attr >> 16)
+        parts = clean_parts(info.filename)
+        if isinstance(parts, str):
+            yield Skipped(info.filename, parts)
+        elif kind == stat.S_IFLNK:
+            yield Skipped(info.filename, "a link")
+        elif kind not in (0, stat.S_IFREG):
+            yield Skipped(info.filename, "not a regular file")
+        elif info.flag_bits & 0x1:
+            yield Skipped(info.filename, "encrypted")
+        else:
+            yield Member(parts, info.file_size, lambda info=info: zf.open(info))
+
+
+def folder_members(base: Path) -> Iterator[Member | Skipped]:
+    """The regular files under ``base``, links not followed, at most :data:`MAX_DEPTH` folders deep."""
+    seen = 0
+
+    def walk(folder: Path, parts: tuple[str, ...]) -> Iterator[Member | Skipped]:
+        nonlocal seen
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as err:
+            yield Skipped("/".join(parts) or ".", f"cannot be listed ({err.strerror})")
+            return
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                yield Skipped("(the rest of the folder)", f"more than {MAX_ENTRIES} entries")
+                return
+            here = (*parts, entry.name)
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError as err:
+                yield Skipped("/".join(here), f"cannot be read ({err.strerror})")
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                yield Skipped("/".join(here), "a link")
+            elif stat.S_ISDIR(info.st_mode):
+                if entry.name in SKIPPED_FOLDERS:
+                    continue
+                if len(here) > MAX_DEPTH:
+                    yield Skipped("/".join(here), f"more than {MAX_DEPTH} folders deep")
+                    continue
+                yield from walk(Path(entry.path), here)
+            elif not stat.S_ISREG(info.st_mode):
+                yield Skipped("/".join(here), "not a regular file")
+            else:
+                yield Member(here, info.st_size, lambda path=entry.path: open_no_follow(path))
+
+    yield from walk(base, ())
+
+
+def open_no_follow(path: str) -> BinaryIO:
+    """A file opened for reading that is not a link now (it may have been swapped since it was listed)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{shown(path)} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+# What reading one member of a damaged or hostile zip can raise: each costs that member only.
+READ_ERRORS = (
+    OSError,
+    ValueError,
+    RuntimeError,
+    NotImplementedError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+READ_ERRORS += (lzma.LZMAError,)
+
+
+def read_capped(member: Member, cap: int) -> bytes:
+    """The member's bytes, read in a stream and refused past ``cap`` whatever its declared size."""
+    if member.size > cap:
+        raise ValueError(f"{member.size} bytes is over the limit of {cap}")
+    with member.opener() as stream:
+        data = stream.read(cap + 1)  # to its end, where a zip member's checksum is checked
+    if len(data) > cap:
+        raise ValueError(f"more than {cap} bytes (its declared size says {member.size})")
+    return data
+
+
+# ------------------------------------------------------------------------------------------ who
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One notebook of the source and the student the LMS or the instructor's layout gives it to."""
+
+    member: Member
+    lms_id: str  # the LMS's user id, or the top-level name the instructor's export made
+    name: str  # the name the LMS wrote (Canvas's "lastfirst"), or that top-level name
+    is_lms_user: bool  # lms_id is an LMS user id (kept in the gradebook), not a folder or file name
+    late: bool | None  # the LMS's verdict, where the name it wrote carries one
+    attachment: int  # the LMS's upload number (later uploads have larger ones), -1 where there is none
+    own_name: str  # the name the student gave the file
+
+
+def claims_of(members: list[Member], pattern: re.Pattern) -> tuple[list[Claim], list[str]]:
+    """Which notebook is whose, from the top-level entries' names alone; and notes on what was ignored."""
+    claims, notes = [], []
+    for member in members:
+        top, rest = member.parts[0], member.parts[1:]
+        if member.parts[-1] == "timestamp.txt":
+            continue  # read beside its notebook, where the instructor asks for it
+        if not member.name.endswith(".ipynb"):
+            notes.append(f"ignored {member.name}: not a notebook")
+            continue
+        match = pattern.fullmatch(top)
+        if match:
+            groups = match.groupdict()
+            user = groups.get("user")
+            late = None if "late" not in pattern.groupindex else groups.get("late") is not None
+            attachment = int(groups["attachment"]) if groups.get("attachment") else -1
+            own = groups.get("file") if not rest else rest[-1]
+            name = unicodedata.normalize("NFC", groups.get("student") or "")
+            lms = user if user else name
+            claims.append(Claim(member, lms, name, bool(user), late, attachment, own or member.parts[-1]))
+        else:
+            lms = unicodedata.normalize("NFC", top[: -len(".ipynb")] if not rest else top)
+            claims.append(Claim(member, lms, lms, False, None, -1, member.parts[-1]))
+    return claims, notes
+
+
+def preference(claim: Claim, aid: str) -> tuple:
+    """Among one student's notebooks: one named as the assignment (Canvas adds ``-1`` to a re-upload's name),
+    then the LMS's latest upload, then the shallowest, then by name; never a file's time."""
+    named = re.fullmatch(rf"{re.escape(aid)}(-\d+)?\.ipynb", claim.own_name) is not None
+    return (not named, -claim.attachment, len(claim.member.parts), claim.member.name)
+
+
+@dataclass(frozen=True)
+class Roster:
+    """The instructor's word on who is who: LMS id (a Canvas user id, or a top-level folder or file name) ->
+    student id and name."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+
+
+ROSTER_COLUMNS = {"lms_id": ("lms_id", "lms_user_id", "canvas_user_id"), "student_id": ("student_id", "id")}
+
+
+def read_roster(path: Path) -> Roster:
+    """A CSV with a header ``lms_id,student_id,name`` (``name`` optional); every student id must be usable and
+    each given once."""
+    raw = Path(path).read_bytes()[: ROSTER_BYTES + 1]
+    if len(raw) > ROSTER_BYTES:
+        raise ValueError(f"roster {path} is larger than {ROSTER_BYTES} bytes")
+    rows = list(csv.DictReader(io.StringIO(raw.decode("utf-8-sig"))))
+    header = {h.strip().lower(): h for h in (rows[0].keys() if rows else [])}
+    columns = {}
+    for key, spellings in ROSTER_COLUMNS.items():
+        found = next((header[s] for s in spellings if s in header), None)
+        if found is None:
+            raise ValueError(f"roster {path} has no {key} column (header: lms_id,student_id,name)")
+        columns[key] = found
+    name_column = header.get("name")
+    roster, owners = Roster(), {}
+    for line, row in enumerate(rows, start=2):
+        lms = unicodedata.normalize("NFC", (row.get(columns["lms_id"]) or "").strip())
+        sid = student_id((row.get(columns["student_id"]) or "").strip())
+        if not lms:
+            continue
+        if sid is None:
+            raise ValueError(
+                f"roster line {line}: {shown(row.get(columns['student_id']) or '')!r} is no usable id"
+            )
+        if owners.setdefault(same_id(sid), lms) != lms:
+            raise ValueError(f"roster line {line}: {sid} is given to two LMS ids")
+        roster.ids[lms] = sid
+        if name_column and row.get(name_column):
+            roster.names[lms] = row[name_column].strip()
+    return roster
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something the instructor resolves: a student collected under an id of the grader's choosing, or not
+    collected at all. Names as the download spells them (escaped when printed)."""
+
+    entry: str  # the download's own name for it
+    lms_id: str
+    collected_as: str  # "" where nothing was collected
+    reason: str
+
+
+def assign_ids(
+    chosen: dict[str, Claim], roster: Roster, known: dict[str, str], taken: dict[str, str]
+) -> tuple[dict[str, str], list[Problem]]:
+    """LMS id -> student id for each student of this source, and what is left to resolve. ``known``: LMS user id
+    -> the id the gradebook gave it; ``taken``: the gradebook's students, same-id key -> their LMS user id."""
+    ids: dict[str, str] = {}
+    owner: dict[str, str] = {}  # same-id key -> the LMS id holding it in this run
+    problems: list[Problem] = []
+
+    def give(lms: str, sid: str) -> bool:
+        if owner.get(same_id(sid), lms) != lms:
+            return False
+        ids[lms], owner[same_id(sid)] = sid, lms
+        return True
+
+    for lms in chosen:  # the instructor's word first, then what the gradebook already knows
+        if lms in roster.ids:
+            give(lms, roster.ids[lms])
+    for lms, claim in chosen.items():
+        if lms not in ids and claim.is_lms_user and lms in known:
+            give(lms, known[lms])
+    by_name: dict[str, list[str]] = {}
+    for lms, claim in chosen.items():
+        if lms not in ids:
+            sid = student_id(claim.name)
+            by_name.setdefault(same_id(sid) if sid else "", []).append(lms)
+    for key, group in by_name.items():
+        for lms in group:
+            claim, sid = chosen[lms], student_id(chosen[lms].name)
+            elsewhere = taken.get(key, "") not in ("", lms)  # a gradebook student of another LMS user
+            if sid is not None and len(group) == 1 and not elsewhere and give(lms, sid):
+                continue
+            if sid is None:
+                why = f"'{claim.name}' is no usable student id"
+            elif len(group) > 1:
+                why = f"{sid} is the name of {len(group)} students in this download"
+            elif elsewhere:
+                why = f"{sid} is the id of LMS user {taken[key]} in the gradebook"
+            else:
+                why = f"{sid} is the id of another student in this download"
+            fallback = student_id(f"{sid}_{lms}") if sid and claim.is_lms_user else None
+            if claim.is_lms_user and (give(lms, fallback) if fallback else give(lms, f"canvas_{lms}")):
+                problems.append(
+                    Problem(claim.member.parts[0], lms, ids[lms], why + "; collected with its LMS user id")
+                )
+            else:
+                problems.append(Problem(claim.member.parts[0], lms, "", why + ": not collected"))
+    return ids, problems
+
+
+# ------------------------------------------------------------------------------------------ when
+
+
+@dataclass(frozen=True)
+class TimeRules:
+    """The instructor's rules for hand-in times: per student, for everyone without one, and whether to read
+    nbgrader's exchange ``timestamp.txt`` (written on the student's machine)."""
+
+    per_student: dict[str, datetime] = field(default_factory=dict)
+    everyone: datetime | None = None
+    exchange_timestamps: bool = False
+
+
+SOURCE_UNKNOWN = "unknown: counts as on time"
+
+
+def hand_in_time(
+    sid: str, claim: Claim, stamp: datetime | None, due: datetime | None, rules: TimeRules
+) -> tuple[datetime | None, str]:
+    """When ``sid`` handed ``claim`` in (naive UTC; None where not known) and where that came from."""
+    from autograder.late import UNKNOWN_LATENESS
+
+    if sid in rules.per_student:
+        return rules.per_student[sid], "instructor (--received)"
+    if claim.late is True:
+        if due is None:
+            return None, "LMS: LATE, but no due date is set: set it (`deadline`), then collect again"
+        return due + UNKNOWN_LATENESS, "LMS: LATE, time unknown: 1 s after the due date"
+    if claim.late is False:
+        return None, "LMS: on time"
+    if stamp is not None:
+        return stamp, "exchange timestamp.txt (--exchange-timestamps)"
+    if rules.everyone is not None:
+        return rules.everyone, "instructor (--received for everyone)"
+    return None, SOURCE_UNKNOWN
+
+
+def exchange_stamp(claim: Claim, members: dict[tuple[str, ...], Member]) -> datetime | None:
+    """nbgrader's exchange ``timestamp.txt`` beside the notebook, inside the same student's folder."""
+    from nbgrader.utils import parse_utc
+
+    if len(claim.member.parts) < 2:
+        return None
+    beside = members.get((*claim.member.parts[:-1], "timestamp.txt"))
+    if beside is None:
+        return None
+    try:
+        text = read_capped(beside, STAMP_BYTES).decode("utf-8").strip()
+        return parse_utc(text) if text else None
+    except (*READ_ERRORS, OverflowError, UnicodeDecodeError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------ collect
+
+
+@dataclass(frozen=True)
+class Handin:
+    student_id: str
+    lms_id: str
+    entry: str  # the download's own name for it
+    time: datetime | None
+    source: str
 
 
 @dataclass
 class Collected:
     students: dict[str, Path] = field(default_factory=dict)  # student id -> collected notebook
-    # student id -> the LMS's verdict on lateness, where the file's name carries one
-    late: dict[str, bool] = field(default_factory=dict)
-    # student id -> the hand-in time recorded in its timestamp.txt (naive UTC, as nbgrader reads it)
-    times: dict[str, datetime] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    late: dict[str, bool] = field(default_factory=dict)  # student id -> the LMS's verdict, where it gives one
+    times: dict[str, datetime] = field(default_factory=dict)  # student id -> the recorded hand-in time
+    handins: list[Handin] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def notes(self) -> list[str]:
+        """Everything to tell the instructor, one line each, names escaped."""
+        lines = self.info + [
+            f"to resolve: {p.entry}" + (f" (LMS id {p.lms_id})" if p.lms_id else "") + f": {p.reason}"
+            for p in self.problems
+        ]
+        return [shown(line) for line in lines]
+
+    def sources(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for h in self.handins:
+            counts[h.source] = counts.get(h.source, 0) + 1
+        return counts
 
 
-def student_id_for(path: Path, base: Path, pattern: re.Pattern) -> str | None:
-    match = pattern.match(path.name)
-    if match:
-        return match.group("student")
-    relative = path.relative_to(base)
-    if len(relative.parts) >= 2:
-        return relative.parts[0]
-    return path.stem
+def open_source(source: Path, stack) -> Iterator[Member | Skipped]:
+    if source.is_dir():
+        return folder_members(source)
+    if source.is_file():
+        try:
+            zf = stack.enter_context(zipfile.ZipFile(source))
+        except (zipfile.BadZipFile, OSError) as err:
+            raise SourceError(f"{shown(str(source))} is not a readable zip file ({err})") from None
+        return zip_members(zf)
+    raise FileNotFoundError(f"{shown(str(source))} is neither a folder nor a zip file")
 
 
-def unpack_zip(archive: Path, target: Path) -> list[str]:
-    """Extract a zip safely: no paths outside ``target``, no links, bounded sizes. Returns notes."""
-    notes = []
-    with zipfile.ZipFile(archive) as zf:
-        total = 0
-        for info in zf.infolist():
-            name = Path(info.filename)
-            if info.is_dir():
-                continue
-            if name.is_absolute() or ".." in name.parts:
-                notes.append(f"skipped unsafe path in zip: {info.filename}")
-                continue
-            if info.file_size > MAX_MEMBER_BYTES:
-                notes.append(f"skipped {info.filename}: {info.file_size} bytes is over the limit")
-                continue
-            total += info.file_size
-            if total > MAX_ZIP_BYTES:
-                notes.append("zip is larger than the limit; the rest was skipped")
-                break
-            destination = target / name
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(destination, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            # the member's own time, not the unpacking's: a zip keeps a local time with no zone; read as UTC
-            stamp = datetime(*info.date_time, tzinfo=UTC).timestamp()
-            os.utime(destination, (stamp, stamp))
-    return notes
+def gradebook_students(course: Course) -> tuple[dict[str, str], dict[str, str]]:
+    """From the gradebook: LMS user id -> student id, and same-id key -> LMS user id ("" for none)."""
+    from autograder.late import open_gradebook
+
+    book = open_gradebook(course)
+    if book is None:
+        return {}, {}
+    with book as gb:
+        students = [(s.id, s.lms_user_id or "") for s in gb.students]
+    return {lms: sid for sid, lms in students if lms}, {same_id(sid): lms for sid, lms in students}
 
 
-def find_submissions(base: Path, aid: str, pattern: str = CANVAS_PATTERN) -> Collected:
-    """Map student ids to notebook files under ``base``; several files for one student keep the newest."""
-    regex = re.compile(pattern)
-    found = Collected()
-    candidates: dict[str, list[Path]] = {}
-    for path in sorted(base.rglob("*")):
-        if (
-            not path.is_file()
-            or path.is_symlink()
-            or ".ipynb_checkpoints" in path.parts
-            or "__MACOSX" in path.parts
-        ):
-            continue
-        if path.name == "timestamp.txt":  # read beside its notebook by collect
-            continue
-        if path.suffix != ".ipynb":
-            found.notes.append(f"ignored {path.relative_to(base)}: not a notebook")
-            continue
-        sid = student_id_for(path, base, regex)
-        if not sid or not STUDENT_ID.match(sid):
-            found.notes.append(f"ignored {path.relative_to(base)}: no usable student id in its name")
-            continue
-        candidates.setdefault(sid, []).append(path)
-    for sid, paths in candidates.items():
-        preferred = [p for p in paths if p.name == f"{aid}.ipynb"] or paths
-        chosen = max(preferred, key=lambda p: (p.stat().st_mtime, p.name))
-        if len(paths) > 1:
-            others = ", ".join(p.name for p in paths if p != chosen)
-            found.notes.append(f"{sid}: several notebooks; took {chosen.name}, ignored {others}")
-        found.students[sid] = chosen
-        match = regex.match(chosen.name)
-        if match and "late" in regex.groupindex:
-            found.late[sid] = match.group("late") is not None
-    return found
+def remember_lms_ids(course: Course, lms_of: dict[str, str], names: dict[str, str]) -> None:
+    """Keep each student's LMS user id (and the roster's name) in nbgrader's gradebook."""
+    from autograder.late import gradebook
+
+    if not lms_of:
+        return
+    with gradebook(course) as gb:
+        for sid, lms in lms_of.items():
+            extra = {"last_name": names[lms]} if lms in names else {}
+            gb.update_or_create_student(sid, lms_user_id=lms, **extra)
 
 
-def hand_in_time(path: Path, base: Path, lms_late: bool | None, due: datetime | None) -> tuple[datetime, str]:
-    """When ``path`` was handed in (naive UTC) and a note where the LMS's verdict overruled the file's time.
-
-    An LMS knows when a file came in; a zip or a copied file only carries a time with no zone, or the
-    copying's. So where the name carries the LMS's verdict, it wins: a ``LATE`` file whose time is not after
-    the due date is recorded one second after it, the least lateness the verdict allows (the exact time is
-    unknown: the student gets the rule's smallest penalty, none within a grace period); a file the LMS had
-    on time is recorded at the due date at the latest. The verdict is against the assignment's due date: an
-    extension is applied later, to the time recorded here, so one covers an LMS's ``LATE``."""
-    from autograder.late import UNKNOWN_LATENESS, read_timestamp  # imports nbgrader: not at --help
-
-    shipped = read_timestamp(path.parent / "timestamp.txt") if path.parent != base else None
-    when = shipped or datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).replace(tzinfo=None)
-    if lms_late and due is None:
-        return when, "marked LATE, but there is no due date yet: set it (`deadline`), then collect again"
-    if lms_late and when <= due:
-        return due + UNKNOWN_LATENESS, "marked LATE, time unknown: recorded as 1 s after the due date"
-    if lms_late is False and due is not None and when > due:
-        return due, "on time by the LMS, though the file's time is later: recorded as the due date"
-    return when, ""
+def store(member: Member, target: Path, budget: int) -> int:
+    """Copy ``member`` to ``target`` (a path of the grader's making); returns the bytes written."""
+    data = read_capped(member, min(MAX_MEMBER_BYTES, budget))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stale = target.parent / "timestamp.txt"
+    stale.unlink(missing_ok=True)
+    target.unlink(missing_ok=True)
+    target.write_bytes(data)
+    return len(data)
 
 
-def collect(course: Course, aid: str, source: Path, pattern: str = CANVAS_PATTERN) -> Collected:
+def collect(
+    course: Course,
+    aid: str,
+    source: Path,
+    pattern: str = CANVAS_PATTERN,
+    *,
+    roster: Roster | None = None,
+    rules: TimeRules | None = None,
+) -> Collected:
     """Copy every submission under ``source`` (a folder or a zip) into ``submitted/``, each with its hand-in
-    time in ``timestamp.txt``."""
+    time in ``timestamp.txt`` where one is known (see the module's docstring)."""
+    from contextlib import ExitStack
+
     from autograder.late import deadlines, write_timestamp
 
-    source = Path(source)
-    with tempfile.TemporaryDirectory(prefix="collect-") as scratch:
-        notes: list[str] = []
-        base = source
-        if source.is_file() and zipfile.is_zipfile(source):
-            base = Path(scratch)
-            notes = unpack_zip(source, base)
-        elif not source.is_dir():
-            raise FileNotFoundError(f"{source} is neither a folder nor a zip file")
-        found = find_submissions(base, aid, pattern)
-        found.notes[:0] = notes
+    regex = re.compile(pattern, re.DOTALL)
+    if not {"student", "user"} & set(regex.groupindex):
+        raise ValueError("--pattern needs a (?P<student>...) or (?P<user>...) group")
+    roster, rules = roster or Roster(), rules or TimeRules()
+    found = Collected()
+    with ExitStack() as stack:
+        members: list[Member] = []
+        for item in open_source(Path(source), stack):
+            if isinstance(item, Member) and SKIPPED_FOLDERS & set(item.parts):
+                continue
+            if isinstance(item, Skipped) and (item.name.endswith(".ipynb") or item.reason.startswith("more")):
+                found.problems.append(Problem(item.name, "", "", f"skipped, {item.reason}"))
+            elif isinstance(item, Skipped):
+                found.info.append(f"skipped {item.name}: {item.reason}")
+            else:
+                members.append(item)
+        by_parts = {m.parts: m for m in members}
+        claims, notes = claims_of(members, regex)
+        found.info += notes
+        per_student: dict[str, list[Claim]] = {}
+        for claim in claims:
+            per_student.setdefault(claim.lms_id, []).append(claim)
+        chosen: dict[str, Claim] = {}
+        for lms, group in per_student.items():
+            group.sort(key=lambda c: preference(c, aid))
+            chosen[lms] = group[0]
+            if len(group) > 1:
+                others = ", ".join(c.member.name for c in group[1:])
+                found.info.append(f"{lms}: several notebooks; took {group[0].member.name}, ignored {others}")
+        known, taken = gradebook_students(course)
+        ids, unresolved = assign_ids(chosen, roster, known, taken)
+        found.problems += unresolved
         due = deadlines(course, aid).due
-        collected = {}
-        for sid, path in found.students.items():
+        budget, lms_of = MAX_TOTAL_BYTES, {}
+        for lms, claim in sorted(chosen.items(), key=lambda kv: ids.get(kv[0], "")):
+            sid = ids.get(lms)
+            if sid is None:
+                continue
             target = course.submission(aid, sid)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-            found.times[sid], note = hand_in_time(path, base, found.late.get(sid), due)
-            write_timestamp(target.parent, found.times[sid])
-            if note:
-                found.notes.append(f"{sid}: {note}")
-            collected[sid] = target
-        found.students = collected
+            try:
+                budget -= store(claim.member, target, budget)
+            except READ_ERRORS as err:
+                target.unlink(missing_ok=True)
+                (target.parent / "timestamp.txt").unlink(missing_ok=True)
+                reason = f"its notebook {claim.member.name} could not be read ({err})"
+                found.problems.append(Problem(claim.member.parts[0], lms, "", reason + ": not collected"))
+                continue
+            stamp = exchange_stamp(claim, by_parts) if rules.exchange_timestamps else None
+            when, origin = hand_in_time(sid, claim, stamp, due, rules)
+            if when is not None:
+                write_timestamp(target.parent, when)
+                found.times[sid] = when
+            if claim.late is not None:
+                found.late[sid] = claim.late
+            if claim.is_lms_user:
+                lms_of[sid] = lms
+            found.students[sid] = target
+            found.handins.append(Handin(sid, lms, claim.member.parts[0], when, origin))
+        remember_lms_ids(course, lms_of, roster.names)
+    unknown = [h.student_id for h in found.handins if h.source == SOURCE_UNKNOWN]
+    if unknown and due is not None:
+        found.info.append(
+            f"{len(unknown)} hand-in(s) have no time from the LMS or you and count as on time: give "
+            "--received TIME (everyone) or --received STUDENT=TIME"
+            + (", or --exchange-timestamps for nbgrader's exchange" if not rules.exchange_timestamps else "")
+        )
     return found
+
+
+def handin_table(found: Collected) -> list[str]:
+    """One line per collected student: id, LMS id, recorded time and where it came from."""
+    from autograder.late import format_utc
+
+    rows = [("student", "LMS id", "hand-in time (UTC)", "source")]
+    rows += [(h.student_id, h.lms_id, format_utc(h.time) or "-", h.source) for h in found.handins]
+    return table_lines(rows)
+
+
+def problem_table(found: Collected) -> list[str]:
+    rows = [("in the download", "LMS id", "collected as", "why")]
+    rows += [
+        (p.entry, p.lms_id or "-", p.collected_as or "(not collected)", p.reason) for p in found.problems
+    ]
+    return table_lines(rows)
+
+
+def table_lines(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [min(48, max(len(shown(r[i])) for r in rows)) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(shown(c).ljust(w) for c, w in zip(r, widths, strict=False)), shown(r[-1])]).rstrip()
+        for r in rows
+    ]
+
+
+def received_rules(values: list[str], exchange_timestamps: bool = False) -> TimeRules:
+    """``--received`` values, ``TIME`` (everyone without a time from the LMS) or ``STUDENT=TIME``, as rules."""
+    from autograder.late import parse_time
+
+    per_student, everyone = {}, None
+    for value in values:
+        sid, sep, when = value.partition("=")
+        if sep:
+            if student_id(sid.strip()) is None:
+                raise ValueError(f"--received {shown(value)}: {shown(sid)!r} is no student id")
+            per_student[student_id(sid.strip())] = parse_time(when.strip())
+        elif everyone is not None:
+            raise ValueError("--received TIME is given twice")
+        else:
+            everyone = parse_time(value.strip())
+    return TimeRules(per_student, everyone, exchange_timestamps)
+
+
+def summary(found: Collected, aid: str) -> list[str]:
+    """What ``collect`` prints: notes, where each hand-in time came from, and what is left to resolve; every
+    name escaped."""
+    lines = [f"note: {shown(line)}" for line in found.info]
+    counts = ", ".join(f"{n} {source}" for source, n in sorted(found.sources().items()))
+    lines.append(f"collected {len(found.students)} submission(s) of {aid}; hand-in times: {counts or 'none'}")
+    if found.handins:
+        lines += ["  " + line for line in handin_table(found)]
+    if found.problems:
+        lines.append(
+            f"{len(found.problems)} to resolve (everyone else was collected); to choose ids, collect again with "
+            "--roster FILE, a CSV with the header lms_id,student_id,name:"
+        )
+        lines += ["  " + line for line in problem_table(found)]
+    return lines

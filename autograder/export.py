@@ -9,6 +9,7 @@ export (which takes no column but scores) lists them in :func:`awaiting_manual_g
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,25 +90,70 @@ def awaiting_manual_grading(course: Course, aids: list[str] | None = None) -> di
     return found
 
 
-def export_canvas(course: Course, target: Path, aids: list[str] | None = None) -> Path:
-    """A CSV for Canvas's gradebook import: students by SIS Login ID, one column per assignment holding the
-    final score (autograded and manually graded points, late penalty taken; nothing else, since Canvas reads
-    any other column as an assignment). Points possible count the written answers; who still awaits manual
-    grading: :func:`awaiting_manual_grading`."""
-    aids = aids or course.assignments()
+CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def canvas_column(aid: str, canvas_id: str | None) -> str:
+    """An assignment's column as Canvas's importer reads it: ``name (id)`` is Canvas's assignment ``id``
+    (any other number in parentheses would make a new assignment), a bare name is matched on the title."""
+    if canvas_id is not None:
+        if not re.fullmatch(r"\d+", canvas_id):
+            raise ValueError(f"{aid}: a Canvas assignment id is a number, not {canvas_id!r}")
+        return f"{aid} ({canvas_id})"
+    if re.fullmatch(r".*\s\(\d+\)", aid, re.DOTALL):
+        raise ValueError(f"Canvas would read the end of {aid!r} as an assignment id: give --canvas-id")
+    return aid
+
+
+def canvas_students(course: Course) -> dict[str, tuple[str, str]]:
+    """Student id -> (Canvas user id or "", name) as the gradebook holds them (collect keeps the user id)."""
+    from autograder.late import open_gradebook
+
+    book = open_gradebook(course)
+    if book is None:
+        return {}
+    with book as gb:
+        return {s.id: (s.lms_user_id or "", s.last_name or s.id) for s in gb.students}
+
+
+def export_canvas(
+    course: Course, target: Path, aids: list[str], canvas_ids: dict[str, str] | None = None
+) -> Path:
+    """A CSV for Canvas's gradebook import (*Grades > Import*): the columns it matches students on, ``Student,
+    ID, SIS User ID, SIS Login ID, Section``, with ``ID`` the Canvas user id that ``collect`` kept from the
+    download, then one column per named assignment, ``A1 (<Canvas assignment id>)`` where ``canvas_ids`` gives
+    it, else ``A1`` (matched on the title), holding the final score (autograded and manually graded points,
+    late penalty taken; empty for a grader error, which leaves Canvas's cell as it is). No "Points Possible"
+    row: Canvas keeps its own. Who still awaits manual grading: :func:`awaiting_manual_grading`."""
+    if not aids:
+        raise ValueError("name the assignment(s) to export to Canvas: --assignment A1")
+    canvas_ids = canvas_ids or {}
+    header = CANVAS_STUDENT_COLUMNS + [canvas_column(aid, canvas_ids.get(aid)) for aid in aids]
     table: dict[str, dict[str, str]] = {}
-    maxima = {}
     for aid in aids:
         results = graded_results(course, aid)
         lates = late_penalties(course, aid, [total(r) for r in results])
         for r in results:
             table.setdefault(r.student_id, {})[aid] = final_score(r, lates[r.student_id])
-            maxima[aid] = max(maxima.get(aid, 0.0), total(r).max_score)
-    header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-    header += [f"{a} ({maxima.get(a, 100):g})" for a in aids]
-    rows = [["Points Possible", "", "", "", "", *[f"{maxima.get(a, 100):g}" for a in aids]]]
-    rows += [[sid, "", "", sid, "", *[table[sid].get(a, "") for a in aids]] for sid in sorted(table)]
+    people = canvas_students(course)
+    rows = []
+    for sid in sorted(table):
+        user, name = people.get(sid, ("", sid))
+        rows.append([name, user, "", "", "", *[table[sid].get(aid, "") for aid in aids]])
     return write_csv(target, header, rows)
+
+
+def without_canvas_id(course: Course, aids: list[str]) -> list[str]:
+    """The students with a result in ``aids`` whom Canvas cannot match: no Canvas user id is known for them
+    (they were not collected from a Canvas download, or the roster gave none)."""
+    people = canvas_students(course)
+    graded = {r.student_id for aid in aids for r in load_results(course, aid)}
+    return sorted(sid for sid in graded if not people.get(sid, ("", ""))[0])
+
+
+def points_possible(course: Course, aid: str) -> float:
+    """What a full score of ``aid`` is in the export (autograded and written points)."""
+    return max((total(r).max_score for r in graded_results(course, aid)), default=0.0)
 
 
 def export_nbgrader(course: Course, target: Path) -> Path:

@@ -43,7 +43,7 @@ def test_collect_from_lms_zip_folders_and_plain_names(toy, tmp_path):
     assert toy.submission("T1", "smithjane").is_file()
     assert toy.submission("T1", "carol").read_text() == "not json at all"
     text = "\n".join(found.notes)
-    assert "unsafe path" in text and "notes.txt" in text and "bob: several notebooks; took T1.ipynb" in text
+    assert "unsafe path" in text and "notes.txt" in text and "bob: several notebooks; took bob/T1.ipynb" in text
     for sid in found.students:  # leave the shared toy course as it was
         for path in (toy.root / "submitted" / sid).rglob("*"):
             if path.is_file():
