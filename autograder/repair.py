@@ -13,7 +13,10 @@ reported; a notebook that cannot be read at all gets a clear reason instead of a
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,31 +38,63 @@ class Repaired:
 
 
 def _text(source) -> str:
+    """A cell's source as nbformat allows it (a string, or a list of strings); anything else is empty."""
     if isinstance(source, list):
-        return "".join(str(s) for s in source)
-    return source if isinstance(source, str) else ""
+        source = "".join(s for s in source if isinstance(s, str))
+    if not isinstance(source, str):
+        return ""
+    # JSON may carry lone surrogates, which no UTF-8 file can hold: the notebook must stay writable
+    return source.encode("utf-8", errors="replace").decode("utf-8")
+
+
+def _brief(value, limit: int = 40) -> str:
+    """A value from the student's file, short enough for a reason line."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_bytes_bounded(path: Path, limit: int) -> tuple[bytes | None, str | None]:
+    """At most ``limit`` bytes of the regular file at ``path``, read without following a link:
+    ``(data, None)``, or ``(None, reason)`` for a link, a FIFO, a device, a folder or a larger file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return None, "the file is a link, not a notebook"
+        return None, f"cannot read the file: {err.strerror}"
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not a regular file"
+        if info.st_size > limit:
+            return (
+                None,
+                f"the file is {info.st_size / 2**20:.0f} MB; notebooks over {limit // 2**20} MB are not graded",
+            )
+        data = fh.read(limit + 1)  # the file may grow after fstat
+    if len(data) > limit:
+        return None, f"the file is over {limit // 2**20} MB; such notebooks are not graded"
+    return data, None
 
 
 def read_notebook(path: Path) -> tuple[dict | None, str | None, list[str]]:
-    """Parse a submission as JSON into a version-4 notebook dict: ``(notebook, fatal_reason, notes)``."""
+    """Parse a submission as JSON into a version-4 notebook dict: ``(notebook, fatal_reason, notes)``.
+    Whatever the file holds (any nesting, any types), the answer is a notebook or a reason, never an
+    exception: a malformed notebook is the student's ``unreadable``, not a failure of the grader."""
     notes: list[str] = []
-    try:
-        size = path.stat().st_size
-    except OSError as err:
-        return None, f"cannot read the file: {err.strerror}", notes
-    if size > MAX_NOTEBOOK_BYTES:
-        return (
-            None,
-            f"the file is {size / 2**20:.0f} MB; notebooks over {MAX_NOTEBOOK_BYTES // 2**20} MB are not graded",
-            notes,
-        )
-    raw = path.read_bytes()
+    raw, fatal = read_bytes_bounded(path, MAX_NOTEBOOK_BYTES)
+    if fatal:
+        return None, fatal, notes
     if not raw.strip():
         return None, "the file is empty", notes
     try:
         data = json.loads(raw.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as err:
         return None, f"not a notebook: invalid JSON ({err.msg}, line {err.lineno} column {err.colno})", notes
+    except RecursionError:
+        return None, "not a notebook: its JSON is nested too deeply to read", notes
+    except ValueError as err:  # e.g. an integer longer than Python converts
+        return None, f"not a notebook: {_brief(str(err), 80)}", notes
     if not isinstance(data, dict):
         return None, "not a notebook: the JSON is not an object", notes
     major = data.get("nbformat")
@@ -67,28 +102,59 @@ def read_notebook(path: Path) -> tuple[dict | None, str | None, list[str]]:
         try:
             data = nbformat.convert(nbformat.from_dict(data), 4)
             notes.append("upgraded from notebook format 3")
-        except Exception as err:  # a malformed v3 file: nbformat raises many kinds
+        except Exception as err:  # a malformed v3 file: nbformat raises many kinds (RecursionError too)
             return None, f"notebook format 3 that cannot be upgraded ({type(err).__name__})", notes
-    elif major != 4:
-        return None, f"unsupported notebook format {major!r} (expected 4)", notes
+    elif major != 4 or isinstance(major, bool):
+        return None, f"unsupported notebook format {_brief(major)} (expected 4)", notes
     if not isinstance(data.get("cells"), list):
         return None, "not a notebook: it has no list of cells", notes
     return data, None, notes
 
 
+# The nbgrader metadata fields repair reads, with the type each must have; a field of another type
+# (``"grade_id": []``, ``"points": "ten"``) is treated as missing, and said so.
+NBGRADER_FIELDS = {
+    "grade_id": str,
+    "solution": bool,
+    "grade": bool,
+    "locked": bool,
+    "task": bool,
+    "points": (int, float),
+    "schema_version": int,
+}
+
+
+def _nbgrader_fields(metadata, number: int, notes: list[str]) -> dict:
+    """The student's nbgrader metadata of one cell, each field of the type nbgrader gives it."""
+    nbg = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    if not isinstance(nbg, dict):
+        return {}
+    kept, wrong = {}, []
+    for key, kind in NBGRADER_FIELDS.items():
+        if key not in nbg:
+            continue
+        value = nbg[key]
+        if isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
+            kept[key] = value
+        else:
+            wrong.append(key)
+    if wrong:
+        notes.append(f"cell {number}: nbgrader metadata of the wrong type ({', '.join(wrong)}) was ignored")
+    return kept
+
+
 def _student_cells(data: dict, notes: list[str]) -> list[dict]:
     cells = []
     for number, cell in enumerate(data["cells"], 1):
-        if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
+        kind = cell.get("cell_type") if isinstance(cell, dict) else None
+        if kind not in ("code", "markdown", "raw") or not isinstance(kind, str):
             notes.append(f"cell {number} is not a valid cell and was skipped")
             continue
-        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        nbg = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
         cells.append(
             {
-                "type": cell["cell_type"],
+                "type": kind,
                 "source": _text(cell.get("source")),
-                "nbgrader": nbg,
+                "nbgrader": _nbgrader_fields(cell.get("metadata"), number, notes),
                 "number": number,
             }
         )

@@ -41,7 +41,7 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     if not rows:
         raise RuntimeError(f"no graded results for {aid} yet: run `python -m autograder grade {aid}`")
     rates = pass_rates(rows)
-    width = max(len(k) for k in rates)
+    width = max((len(k) for k in rates), default=len("test"))
     lines = [f"{aid}: {len(rows)} submissions", f"{'test':<{width}}  passed"]
     lines += [f"{k:<{width}}  {p:>3}/{n:<3} {p / n:6.0%}" for k, (p, n) in rates.items()]
     scores = [r.score for r in rows]
@@ -126,7 +126,7 @@ def flagged_pairs(course: Course, aid: str) -> list[dict]:
     if not table.is_file():
         return []
     with open(table, newline="", encoding="utf-8") as fh:
-        return [row for row in csv.DictReader(fh) if row["flagged"] == "1"]
+        return [row for row in csv.DictReader(fh) if row.get("flagged") == "1"]
 
 
 def relative(target: Path, out_dir: Path) -> str:
@@ -184,6 +184,8 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
     )
     similar = "".join(
         f"<li><b>{e(p['student_a'])}</b> &amp; <b>{e(p['student_b'])}</b>: answers alike (similarity {e(p['similarity'])})</li>"
+        if p.get("kind", "students") == "students"
+        else f"<li><b>{e(p['student_a'])}</b>: {e(p.get('reason') or p['student_b'])}</li>"
         for p in flagged_pairs(course, aid)
     )
     if similar:
