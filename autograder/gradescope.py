@@ -9,11 +9,13 @@ with a score per test cell.
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import stat
 import zipfile
 from pathlib import Path
 
 from autograder.course import ROOT, Course
+from autograder.repair import MAX_NOTEBOOK_BYTES, read_bytes_bounded
 from autograder.result import Result
 
 SETUP_SH = """#!/usr/bin/env bash
@@ -110,20 +112,45 @@ def results_json(result: Result) -> dict:
     }
 
 
+def uploaded_notebooks(folder: Path, limit: int = 1000) -> tuple[list[Path], list[str]]:
+    """The regular ``.ipynb`` files under an upload (a GitHub or Bitbucket upload keeps links: a link,
+    to a file or a folder, is never followed), at most ``limit``, and what was skipped and why."""
+    found, skipped = [], []
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(parent) / name
+            if not name.endswith(".ipynb"):
+                continue
+            if not stat.S_ISREG(path.lstat().st_mode):
+                skipped.append(f"{path.relative_to(folder)} is a link or not a regular file: not read")
+            elif len(found) < limit:
+                found.append(path)
+    return found, skipped
+
+
 def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_path: Path) -> dict:
     """Grade the single notebook in ``submission_dir`` and write Gradescope's results.json."""
     from autograder.pipeline import grade
     from autograder.release import release
 
-    notebooks = sorted(Path(submission_dir).rglob("*.ipynb"))
+    notebooks, skipped = uploaded_notebooks(Path(submission_dir))
     preferred = [p for p in notebooks if p.name == f"{aid}.ipynb"] or notebooks
-    if not preferred:
-        result = Result("student", aid, status="unreadable", reason="no .ipynb file was uploaded")
+    data, reason = (
+        (None, "no .ipynb file was uploaded")
+        if not preferred
+        else read_bytes_bounded(preferred[0], MAX_NOTEBOOK_BYTES)
+    )
+    if data is None:
+        if skipped:
+            reason += f" ({'; '.join(skipped[:5])})"
+        result = Result("student", aid, status="unreadable", reason=reason)
     else:
         release(course, [aid])
         target = course.submission(aid, "student")
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(preferred[0], target)
+        target.unlink(missing_ok=True)
+        target.write_bytes(data)  # the bytes read, never what a link points to
         result = grade(course, aid, workers=1, students=["student"], force=True)[0]
         if result.is_error:  # no results.json: Gradescope shows the run failed, not a zero
             raise RuntimeError(f"grader error, the submission was not graded: {result.reason}")
