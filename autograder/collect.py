@@ -12,7 +12,7 @@ student chose:
   student keeps the id the gradebook already holds for that LMS id. Ids are normalised (Unicode NFC; letters
   and digits of any script, ``_ . -``; no control characters) and unique (ignoring case). Two LMS users with
   one name each keep it with their user id appended (``smithjohn_1001``, ``smithjohn_1002``), an LMS name that
-  is no usable id becomes ``canvas_<user id>``; a folder or file name that is no usable id, or that clashes with
+  is no usable id becomes ``lms_<user id>``; a folder or file name that is no usable id, or that clashes with
   another, is not collected. Each of these is listed to resolve, and an instructor's roster (``--roster``:
   ``lms_id,student_id,name``) decides them on the next run.
 - **When.** In order: the instructor's ``--received STUDENT=TIME``; the LMS's verdict in the name it wrote
@@ -377,7 +377,7 @@ def assign_ids(
             else:
                 why = f"{sid} is the id of another student in this download"
             fallback = student_id(f"{sid}_{lms}") if sid and claim.is_lms_user else None
-            if claim.is_lms_user and (give(lms, fallback) if fallback else give(lms, f"canvas_{lms}")):
+            if claim.is_lms_user and (give(lms, fallback) if fallback else give(lms, f"lms_{lms}")):
                 problems.append(
                     Problem(claim.member.parts[0], lms, ids[lms], why + "; collected with its LMS user id")
                 )

@@ -2,6 +2,9 @@
 nbgrader's ``submitted/<student>/<AID>/timestamp.txt``, and the penalty rule from the course's nbgrader config
 (:class:`LateWork`, an nbgrader ``LateSubmissionPlugin``, which nbgrader's own autograde uses too).
 
+``collect`` writes a ``timestamp.txt`` only for a time the LMS or the instructor gave (:mod:`autograder.collect`);
+a hand-in without one has no known time and is on time, as nbgrader treats a submission without a timestamp.
+
 The penalty is computed when grades leave the grader (export, feedback), never stored in a result: a new
 rule, due date or extension needs no regrading.
 """

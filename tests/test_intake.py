@@ -175,9 +175,9 @@ def test_a_name_in_any_script_is_an_id_and_a_name_that_is_none_keeps_the_user_id
     assert whose(course, "m\u00fcller") == "müller"  # NFC
     assert whose(course, "\u0434\u043c\u0438\u0442\u0440\u0438\u0439") == "dmitry"
     assert whose(course, "\u092e\u0940\u0930\u093e") == "mira"
-    assert whose(course, "canvas_1017") == "dash"
+    assert whose(course, "lms_1017") == "dash"
     assert re.search(
-        r"1017\s+canvas_1017\s+'-dash' is no usable student id; collected with its LMS user id", out
+        r"1017\s+lms_1017\s+'-dash' is no usable student id; collected with its LMS user id", out
     )
 
 

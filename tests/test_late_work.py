@@ -15,7 +15,7 @@ from nbgrader.preprocessors import AssignLatePenalties
 from nbgrader.utils import parse_utc
 
 from autograder import cli
-from autograder.collect import collect
+from autograder.collect import collect, received_rules
 from autograder.course import Course
 from autograder.export import export_canvas, write_results_csv
 from autograder.feedback import write_feedback
@@ -159,7 +159,10 @@ def test_lms_zip_due_date_extension_and_exports(course, tmp_path, capsys):
         zip_member(zf, "broken_LATE_99999_1111111_T1.ipynb", (2026, 12, 2, 10, 0, 0))
         zip_member(zf, "week/T1/T1.ipynb", (2026, 11, 1, 0, 0, 0))  # nbgrader's layout, its own time
         zip_member(zf, "week/T1/timestamp.txt", (2026, 11, 1, 0, 0, 0), "2026-12-09 12:00:00.000000 UTC")
-    found = collect(course, "T1", archive)
+    # a LATE mark says late, not how late: the instructor gives twodays' time; week handed in through nbgrader's
+    # exchange, whose timestamp.txt is read only when asked for
+    rules = received_rules(["twodays=2026-12-03 10:00 UTC"], exchange_timestamps=True)
+    found = collect(course, "T1", archive, rules=rules)
     assert found.late == {
         "ontime": False,
         "clock": False,
@@ -170,11 +173,12 @@ def test_lms_zip_due_date_extension_and_exports(course, tmp_path, capsys):
     }
     stamp = (course.submission("T1", "unknown").parent / "timestamp.txt").read_text()
     assert stamp == "2026-12-01 23:59:01.000000 UTC" and parse_utc(stamp) == datetime(2026, 12, 1, 23, 59, 1)
-    assert found.times["clock"] == datetime(2026, 12, 1, 23, 59)
+    assert "clock" not in found.times and "ontime" not in found.times  # on time by the LMS: no time known
     assert found.times["twodays"] == datetime(2026, 12, 3, 10, 0)
     assert found.times["week"] == datetime(2026, 12, 9, 12, 0)
-    notes = "\n".join(found.notes)
-    assert "unknown: marked LATE, time unknown" in notes and "clock: on time by the LMS" in notes
+    sources = {h.student_id: h.source for h in found.handins}
+    assert sources["unknown"].startswith("LMS: LATE, time unknown") and sources["clock"] == "LMS: on time"
+    assert sources["twodays"] == "instructor (--received)"
 
     results = [
         graded("ontime", True, True),
@@ -207,15 +211,8 @@ def test_lms_zip_due_date_extension_and_exports(course, tmp_path, capsys):
 
     with open(export_canvas(course, tmp_path / "canvas.csv", ["T1"]), encoding="utf-8") as fh:
         canvas = list(csv.reader(fh))
-    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "T1 (100)"]
-    assert ["unknown", "", "", "unknown", "", "36"] in canvas and [
-        "broken",
-        "",
-        "",
-        "broken",
-        "",
-        "",
-    ] in canvas
+    assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "T1"]
+    assert ["unknown", "33333", "", "", "", "36"] in canvas and ["broken", "99999", "", "", "", ""] in canvas
 
     pages = {p.stem: p.read_text() for p in write_feedback(course, "T1", tmp_path / "feedback")}
     assert "36 / 100 (tests 40, late penalty 4)" in pages["unknown"]
@@ -245,7 +242,11 @@ def test_lms_zip_due_date_extension_and_exports(course, tmp_path, capsys):
     run_cli(course, "extension", "T1", "twodays", "--until", "2026-12-04 00:00 UTC")
     run_cli(course, "extension", "T1", "ext", "--hours", "0")
     again = scores(table(course, tmp_path / "again.csv"))
-    assert again["twodays"] == ("100", "0", "100") and again["ext"] == ("60", "12", "48")
+    assert again["twodays"] == ("100", "0", "100") and again["ext"] == (
+        "60",
+        "6",
+        "54",
+    )  # LATE, time unknown: 1 s late
 
 
 def test_commands_refuse_what_they_cannot_do(course, capsys):
