@@ -23,9 +23,31 @@ READY = "DLCOURSE-CHILD-READY"
 MAX_OUTPUT_CHARS = 20_000  # per cell; the rest is dropped with a note
 
 
-def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None) -> None:
-    """Become ``uid`` (when started as root) and set the resource limits every process below inherits."""
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None, driver: bool = False) -> None:
+    """Become the submission: ``uid`` (when started as root), the resource limits every process below
+    inherits, no capability left or to regain, and death with the parent.
+
+    The order matters. The capability bounding set can only be emptied while the process still has
+    capabilities, so before the uid changes; changing the uid clears the parent-death signal, so it is set
+    after the last change. ``driver``: a process that drives or waits for the kernel but runs no student
+    code is also made non-dumpable, so the kernel (same uid) can neither trace it nor open its descriptors
+    through ``/proc``.
+    """
+    import signal
+
+    libc = _libc()
     if uid is not None and os.geteuid() == 0:
+        for cap in range(64):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -36,6 +58,50 @@ def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None) -
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 2**20, 512 * 2**20))
+    drop_capabilities(libc)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if driver:
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def drop_capabilities(libc=None) -> None:
+    """No capability left, none to regain (the bounding set too, where this process still may): the kernel
+    of a user namespace must not undo its mounts."""
+    import ctypes
+
+    libc = libc or _libc()
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]  # fmt: skip
+
+    for cap in range(64):  # ignored where the process may not (no CAP_SETPCAP any more)
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"capset: {os.strerror(number)}")
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def own_standard_streams() -> None:
+    """Give this process (a kernel about to start) standard streams of its own: nothing it prints, at any
+    level, reaches the pipe its driver reports on."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def _kernel_preexec() -> None:
+    """In a spawned kernel before exec: its own session, dead with the driver."""
+    import signal
+
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def make_client(cell_timeout: float):
@@ -65,7 +131,11 @@ def short(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + " [...]"
 
 
-def run_cells(client, nb, results: list[dict]) -> None:
+def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None:
+    """Run the code cells in order; for each, an entry in ``results`` and, in ``outputs``, a copy of its
+    outputs as the cell left them when it finished (a later cell's display update changes nothing there)."""
+    import copy
+
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     client.nb = nb
@@ -88,8 +158,10 @@ def run_cells(client, nb, results: list[dict]) -> None:
                 status="died", error="the kernel died (the code exited, crashed, or ran out of memory)"
             )
             raise
+        finally:
+            outputs[index] = copy.deepcopy(list(cell.get("outputs", [])))
         texts = []
-        for out in cell.get("outputs", []):
+        for out in outputs[index]:
             if out.get("output_type") == "error":
                 entry.update(
                     status="error",
@@ -140,48 +212,56 @@ def probe(hidden: list[str], revealed: list[str]) -> int:
     return 0 if report["python"] == "ok" else 4
 
 
+def prepare_run(request) -> None:
+    """Before the kernel starts, as the submission: the run's torch.compile cache, a copy of the reference's
+    (its folders may be private tmpfs mounts that the grader cannot write into from outside)."""
+    import shutil
+
+    from autograder.protocol import COMPILE_CACHE
+
+    home = Path(request.env["HOME"])
+    for folder in ("work", "home", "tmp", "capture"):
+        (Path(request.scratch) / folder).mkdir(exist_ok=True)
+    if request.compile_seed and Path(request.compile_seed).is_dir() and not (home / COMPILE_CACHE).exists():
+        shutil.copytree(request.compile_seed, home / COMPILE_CACHE, symlinks=True)
+
+
 def main() -> None:
+    from autograder.protocol import ChildRequest
+
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scratch", required=True)
-    parser.add_argument("--uid", type=int)
-    parser.add_argument("--nproc", type=int)
-    parser.add_argument("--memory", type=int)
-    parser.add_argument("--cell-timeout", type=float, default=120)
-    parser.add_argument("--warm", default="numpy")
-    parser.add_argument(
-        "--threads", type=int, help="torch's intra-op threads (BLAS threads come from the environment)"
-    )
-    parser.add_argument("--namespaces", action="store_true", help="own network and mount namespace")
-    parser.add_argument("--hide", action="append", default=[], help="a folder the kernel must not see")
-    parser.add_argument("--reveal", action="append", default=[], help="a path to show again, read-only")
-    parser.add_argument("--writable", action="append", default=[], help="a path to show again as it is")
-    parser.add_argument("--probe", action="store_true", help="report what the kernel would get, and exit")
+    parser.add_argument("--request", required=True, help="the ChildRequest, as JSON")
     args = parser.parse_args()
-    if args.namespaces:
+    request = ChildRequest.from_json(args.request)
+    if request.namespaces:
         from autograder.isolation import enter_namespaces
 
         try:
-            enter_namespaces(args.hide, args.reveal, args.writable)
+            enter_namespaces(
+                request.hide, request.reveal, request.writable, private=request.private, owner=request.uid
+            )
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
             sys.exit(3)
-    drop_privileges(args.uid, args.nproc, args.memory)
-    if args.probe:
-        sys.exit(probe(args.hide, args.reveal))
+    drop_privileges(request.uid, request.nproc, request.memory, driver=True)
+    if request.probe:
+        sys.exit(probe(list(request.hide), list(request.reveal)))
+    prepare_run(request)
+
+    import subprocess
 
     import nbformat
 
-    scratch = Path(args.scratch)
-    work = scratch / "work"
-    client = make_client(args.cell_timeout)
+    client = make_client(request.cell_timeout)
     timings: dict = {}
     started = time.perf_counter()
-    with client.setup_kernel(cwd=str(work)):
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    with client.setup_kernel(cwd=str(request.work), preexec_fn=_kernel_preexec, **streams):
         timings["kernel_start"] = time.perf_counter() - started
-        modules = [name for name in args.warm.split(",") if name]
+        modules = [name for name in request.warm if name]
         code = [f"import {name}" for name in modules]
-        if "torch" in modules and args.threads:  # torch caps OMP_NUM_THREADS at the cores; this it keeps
-            code.append(f"torch.set_num_threads({args.threads})")
+        if "torch" in modules and request.threads:  # torch caps OMP_NUM_THREADS at the cores; this it keeps
+            code.append(f"torch.set_num_threads({request.threads})")
         # loaded, but no name left behind: a notebook that forgot an import fails here as in a forked kernel
         code.append("del " + ", ".join(dict.fromkeys(name.split(".")[0] for name in modules)))
         warm = nbformat.v4.new_code_cell("\n".join(code))
@@ -190,37 +270,46 @@ def main() -> None:
         client.execute_cell(warm, 0)
         timings["imports"] = time.perf_counter() - started
         print(READY, flush=True)
-        run_notebook(client, scratch, timings)
+        run_notebook(client, Path(request.scratch), timings)
 
 
 def run_notebook(client, scratch: Path, timings: dict) -> None:
-    """After READY: read the notebook's path from stdin, run it cell by cell in the client's kernel, write
-    ``executed.ipynb`` and ``run.json``, kill the kernel and leave at once (never returns)."""
+    """After READY: read the notebook's path from stdin (a grader-owned folder), copy the files beside it
+    into the work folder, run it cell by cell in the client's kernel, send the report (the summary, each
+    cell's outputs, what the checks captured) on standard output, kill the kernel and leave at once (never
+    returns)."""
+    import shutil
+
     import nbformat
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from nbclient.util import run_sync
 
+    from autograder.protocol import encode_report, read_capture
+
     summary: dict = {"cells": [], "stopped": None, "timings": timings}
-    path = sys.stdin.readline().strip()
-    if not path:
+    outputs: dict[int, list] = {}
+    path = Path(sys.stdin.readline().strip())
+    if not path.name:
         os._exit(0)
+    for item in path.parent.iterdir():  # the assignment's files (data, helpers), chosen by the grader
+        if item.is_file() and item != path:
+            shutil.copy(item, scratch / "work" / item.name)
     nb = nbformat.read(path, as_version=4)
     started = time.perf_counter()
     try:
-        run_cells(client, nb, summary["cells"])
+        run_cells(client, nb, summary["cells"], outputs)
     except (CellTimeoutError, DeadKernelError) as err:
         summary["stopped"] = type(err).__name__
     except Exception as err:  # the runner itself failed: say so, never hide it
         summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
     timings["notebook"] = time.perf_counter() - started
-    try:
-        nbformat.write(nb, str(scratch / "executed.ipynb"))
-    except Exception:
-        pass
-    (scratch / "run.json").write_text(json.dumps(summary))
-    # Done: kill the kernel at once (a polite shutdown waits seconds) and leave without cleanup.
+    # the kernel first: nothing may change the capture while it is read
     run_sync(client.km.shutdown_kernel)(now=True)
-    sys.stdout.flush()
+    files, problems = read_capture(scratch / "capture")
+    report = encode_report(summary, outputs, files, problems)
+    out = sys.stdout.buffer
+    out.write(report)
+    out.flush()
     os._exit(0)
 
 

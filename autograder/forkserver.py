@@ -43,6 +43,8 @@ import threading
 import time
 from pathlib import Path
 
+from autograder.protocol import ChildRequest
+
 PACKET = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
@@ -161,7 +163,7 @@ class ForkServer:
         for child in children:
             child._exited(-signal.SIGKILL, lost=True)
 
-    def spawn(self, request: dict) -> ForkedProcess:
+    def spawn(self, request: ChildRequest) -> ForkedProcess:
         """Fork one child for ``request`` (see :func:`child_main`); its stdin and stdout are pipes to us."""
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
@@ -169,7 +171,7 @@ class ForkServer:
             with self._lock:
                 if self.dead:
                     raise RuntimeError("the warm parent is gone")
-                payload = json.dumps(request).encode()
+                payload = request.to_json().encode()
                 socket.send_fds(self._sock, [payload], [child_in, child_out])
                 with self._replied:
                     if not self._replied.wait_for(lambda: self._replies or self.dead, timeout=60):
@@ -180,9 +182,7 @@ class ForkServer:
                     if "error" in reply:
                         raise RuntimeError(f"the warm parent could not fork: {reply['error']}")
                     pid = reply["pid"]
-                    child = ForkedProcess(
-                        pid, os.fdopen(to_child, "w"), os.fdopen(from_child, errors="replace"), self
-                    )
+                    child = ForkedProcess(pid, os.fdopen(to_child, "wb"), os.fdopen(from_child, "rb"), self)
                     if pid in self._early_exits:
                         child._exited(self._early_exits.pop(pid))
                     else:
@@ -280,7 +280,7 @@ def serve(sock: socket.socket, warm: list[str]) -> None:
             if not data:
                 break
             try:
-                request = json.loads(data)
+                request = ChildRequest.from_json(data.decode())
                 pid = os.fork()
             except Exception as err:
                 for fd in fds:
@@ -327,7 +327,7 @@ def _send(sock: socket.socket, message: dict) -> None:
 # ----------------------------------------------------------------------------- one submission's child
 
 
-def child_main(request: dict, stdin_fd: int, stdout_fd: int) -> None:
+def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
     """In the forked child: isolate, start the kernel from the warm state, run one notebook (never returns)."""
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -339,57 +339,65 @@ def child_main(request: dict, stdin_fd: int, stdout_fd: int) -> None:
     os.close(stdout_fd)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115  (the parent's stdin object read /dev/null)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(request.env)
     tempfile.tempdir = None  # computed again from this child's TMPDIR
-    os.chdir(request["cwd"])
-    from autograder.child import drop_privileges
-
-    hide, reveal, writable = request["hide"], request["reveal"], request["writable"]
-    namespaces = request["namespaces"]
-    if namespaces:
+    if request.namespaces:
         from autograder.isolation import enter_namespaces
 
         try:
-            enter_namespaces(hide, reveal, writable, extra=CLONE_NEWIPC | CLONE_NEWUTS)
+            enter_namespaces(
+                request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
+                private=request.private, owner=request.uid,
+            )  # fmt: skip
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
             os._exit(3)
+    from autograder.child import drop_privileges, prepare_run
+
+    if not request.probe:
+        prepare_run(request)  # (as root where the grader is: the seed is then copied in, then handed over)
+        if request.uid is not None:
+            for folder in ("work", "home", "tmp", "capture"):
+                _chown_tree(Path(request.scratch) / folder, request.uid)
+    os.chdir(request.work)
     _write_connection_file(request)
     # The PID namespace is made by a child: a process that made one cannot start threads any more, and
     # this one drives the kernel with zmq's threads.
     init = os.fork()
     if init == 0:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _outer(request)
-    limits = (request.get("uid"), request.get("nproc"), request.get("memory"))
-    drop_privileges(*limits)
-    drop_capabilities()
-    if request.get("probe"):
+    drop_privileges(request.uid, request.nproc, request.memory, driver=True)
+    if request.probe:
         _, status = os.waitpid(init, 0)
         os._exit(os.waitstatus_to_exitcode(status))
     _drive(request, init)
 
 
-def _outer(request: dict) -> None:
-    """Make the PID namespace (and a mount namespace for its /proc), start its init, end with it."""
-    from autograder.child import drop_privileges
+def _chown_tree(folder: Path, uid: int) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
 
-    if request["namespaces"] and _libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
+
+def _outer(request: ChildRequest) -> None:
+    """Make the PID namespace (and a mount namespace for its /proc), start its init, end with it."""
+    from autograder.child import drop_privileges, own_standard_streams
+
+    if request.namespaces and _libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
         print(f"isolation failed: no PID namespace: {os.strerror(ctypes.get_errno())}", flush=True)
         os._exit(3)
+    if not request.probe:  # nothing below this point writes to the driver's pipe
+        own_standard_streams()
     init = os.fork()
     if init == 0:
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _init(request)
-    drop_privileges(request.get("uid"), request.get("nproc"), request.get("memory"))
-    drop_capabilities()
+    drop_privileges(request.uid, request.nproc, request.memory, driver=True)
     _, status = os.waitpid(init, 0)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
-def _init(request: dict) -> None:
+def _init(request: ChildRequest) -> None:
     """PID 1 of the submission's namespace: its own /proc, then the kernel; reaps orphans, ends with it."""
-    if request["namespaces"]:
+    if request.namespaces:
         try:  # a /proc that shows this namespace's processes only (refused where /proc is partly covered)
             _mount_proc()
         except OSError:
@@ -398,15 +406,15 @@ def _init(request: dict) -> None:
         _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here, not to the host's init
     from autograder.child import drop_privileges
 
-    drop_privileges(request.get("uid"), request.get("nproc"), request.get("memory"))
-    drop_capabilities()
+    drop_privileges(request.uid, request.nproc, request.memory, driver=True)
     kernel = os.fork()
     if kernel == 0:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if request.get("probe"):
+        _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the kernel is as any process of its user
+        if request.probe:
             from autograder.child import probe
 
-            os._exit(probe(request["hide"], request["reveal"]))
+            os._exit(probe(list(request.hide), list(request.reveal)))
         _kernel(request)
         os._exit(0)
     while True:  # reap every orphan; end (and so end the namespace) with the kernel
@@ -424,26 +432,6 @@ def _mount_proc() -> None:
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def drop_capabilities() -> None:
-    """No capability left, none to regain: the kernel of a user namespace must not undo its mounts."""
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]  # fmt: skip
-
-    for cap in range(64):  # the bounding set, while this process still may (ignored where it may not)
-        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-    _libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
-    header, data = Header(0x20080522, 0), (Data * 2)()
-    if _libc.capset(ctypes.byref(header), data) != 0:
-        number = ctypes.get_errno()
-        raise OSError(number, f"capset: {os.strerror(number)}")
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-
-
 def set_threads(threads: int) -> None:
     """What a fresh process started with ``OMP_NUM_THREADS=threads`` would use: BLAS (through
     threadpoolctl, where numpy is loaded) and torch's intra-op threads (torch caps the variable at the
@@ -456,11 +444,11 @@ def set_threads(threads: int) -> None:
         sys.modules["torch"].set_num_threads(threads)
 
 
-def _connection_file(request: dict) -> Path:
-    return Path(request["env"]["JUPYTER_RUNTIME_DIR"]) / "kernel.json"
+def _connection_file(request: ChildRequest) -> Path:
+    return Path(request.env["JUPYTER_RUNTIME_DIR"]) / "kernel.json"
 
 
-def _write_connection_file(request: dict) -> None:
+def _write_connection_file(request: ChildRequest) -> None:
     """Where the kernel listens: Unix sockets in the scratch folder (a network namespace has no way out,
     and these need none), with a fresh key; readable by the submission's user only."""
     import secrets
@@ -477,16 +465,16 @@ def _write_connection_file(request: dict) -> None:
         key=secrets.token_hex(16).encode(),
         **ports,
     )
-    if request.get("uid") is not None:
+    if request.uid is not None:
         for item in (path.parent, path):
-            os.chown(item, request["uid"], request["uid"])
+            os.chown(item, request.uid, request.uid)
 
 
-def _kernel(request: dict) -> None:
+def _kernel(request: ChildRequest) -> None:
     """The kernel: an ipykernel started in this (warm) process, on Unix sockets in the scratch folder."""
     if "numpy" in sys.modules:  # a fresh process would have drawn its own; the parent's is shared
         sys.modules["numpy"].random.seed()
-    set_threads(request["threads"])
+    set_threads(request.threads)
     import importlib.util
 
     from ipykernel.kernelapp import IPKernelApp
@@ -501,7 +489,7 @@ def _kernel(request: dict) -> None:
     app.start()
 
 
-def _drive(request: dict, init: int) -> None:
+def _drive(request: ChildRequest, init: int) -> None:
     """Drive the kernel with nbclient: the same steps, messages and run.json as autograder.child."""
     from jupyter_client import AsyncKernelManager
 
@@ -543,9 +531,9 @@ def _drive(request: dict, init: int) -> None:
     started = time.perf_counter()
     km = ForkedKernelManager()
     km.load_connection_file(str(_connection_file(request)))
-    client = make_client(request["cell_timeout"])
+    client = make_client(request.cell_timeout)
     client.km = km
-    scratch = Path(request["scratch"])
+    scratch = Path(request.scratch)
     timings = {"kernel_start": 0.0, "imports": 0.0}
     with client.setup_kernel():
         timings["kernel_start"] = time.perf_counter() - started

@@ -132,6 +132,11 @@ _CACHE: dict[tuple[str, str], Isolation] = {}
 def resolve(mode: str = "auto", runner: str = "auto") -> Isolation:
     """The isolation that ``mode`` gives on this machine, and the runner that starts the kernels (the
     probes run once per process)."""
+    if sys.platform != "linux":
+        raise IsolationError(
+            f"the sandbox needs Linux (namespaces, resource limits); this is {sys.platform}: grade on a Linux "
+            "machine, a Linux virtual machine or WSL 2"
+        )
     if mode not in MODES:
         raise IsolationError(f"unknown isolation mode {mode!r}; choose one of {', '.join(MODES)}")
     if runner not in RUNNERS:
@@ -197,15 +202,18 @@ def _inside(path: Path, folders: list[Path]) -> bool:
     return any(path == f or path.is_relative_to(f) for f in folders)
 
 
-def enter_namespaces(hide: list[str], reveal: list[str], writable: list[str] = (), extra: int = 0) -> None:
+def enter_namespaces(
+    hide, reveal, writable=(), extra: int = 0, private: dict | None = None, owner: int | None = None
+) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
     Every folder in ``hide`` is covered by a small empty tmpfs (a file by ``/dev/null``); every path in
     ``reveal`` that lies under a hidden folder is shown again at its own place, read-only (those in
     ``writable``: as they are). As root the
     namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
-    ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). Raises OSError
-    when the kernel refuses.
+    ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). ``private``: folders
+    (under a writable one) that get a tmpfs of their own, ``{path: bytes}``, owned by ``owner`` (else this
+    user): the submission's disk quota, gone with the namespace. Raises OSError when the kernel refuses.
     """
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWNET | extra | (0 if uid == 0 else CLONE_NEWUSER)
@@ -241,6 +249,11 @@ def enter_namespaces(hide: list[str], reveal: list[str], writable: list[str] = (
             os.close(handle)
     finally:
         os.umask(old_umask)
+    who = os.getuid() if owner is None else owner
+    for path, size in (private or {}).items():
+        Path(path).mkdir(parents=True, exist_ok=True)
+        options = f"mode=0700,uid={who},gid={who},size={int(size)},nr_inodes=100k"
+        _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, options)
 
 
 def _probe() -> int:

@@ -15,6 +15,7 @@ more, and is never recorded as a score.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import queue
@@ -122,6 +123,8 @@ def repair_stage(g: Grading) -> bool:
     g.repaired = repair(g.course, g.job.aid, g.path)
     g.result.notes = g.repaired.notes
     if g.repaired.fatal:
+        # an earlier hand-in's kept run must not decide this one on a regrade
+        shutil.rmtree(g.course.kept_run(g.job.aid, g.job.sid), ignore_errors=True) if not g.job.path else None
         g.result.status, g.result.reason = "unreadable", g.repaired.fatal
         g.result.cells = [
             CellResult(gid, 0.0, cell["points"], False, g.repaired.fatal)
@@ -150,11 +153,12 @@ def run_stage(g: Grading) -> bool:
 
 def verify_stage(g: Grading) -> bool:
     """Decide every point outside the kernel, from the data the run captured."""
-    g.verdict = verify(g.reference, g.outcome.scratch / "capture", g.outcome.summary)
+    g.verdict = verify(g.reference, g.outcome.folder / "capture", g.outcome.summary)
     g.result.cells = g.verdict.cells
     g.result.score = g.verdict.score
     g.result.written = written_results(g.reference, g.repaired)  # graded by hand: apart from the score
-    g.result.flags = g.verdict.disagreements + [f"recorded data: {p}" for p in g.verdict.problems]
+    problems = [*g.verdict.problems, *g.outcome.summary.get("problems", [])]
+    g.result.flags = g.verdict.disagreements + [f"recorded data: {p}" for p in problems]
     return True
 
 
@@ -162,26 +166,31 @@ def keep_stage(g: Grading) -> bool:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
     what the run captured, so that a regrade decides again without running the student's code."""
     if not g.job.path:  # the canary's notebooks are nobody's
-        save_executed(g.course, g.job, g.outcome.scratch / "executed.ipynb", g.repaired.notebook)
-        keep_run(g.course.kept_run(g.job.aid, g.job.sid), g.outcome)
+        hidden = hidden_test_lines(g.course, g.job.aid)
+        save_executed(g.course, g.job, g.repaired.notebook, g.outcome.outputs, hidden)
+        keep_run(g.course.kept_run(g.job.aid, g.job.sid), g.outcome, g.result.submission_sha256)
     return True
 
 
 KEPT_BYTES = 64 * 2**20  # a capture larger than this is not kept (its submission is rerun on a regrade)
+KEPT_LAYOUT = 2  # kept runs of another layout (or none) are never read: their submissions are graded again
 
 
-def keep_run(target: Path, outcome: Outcome) -> None:
-    """Copy the run's capture (regular files only: the student's code wrote it, and a link must not make
-    the grader copy what it points to) and the kernel's summary to ``target``, replacing what was there."""
+def keep_run(target: Path, outcome: Outcome, submission_sha256: str) -> None:
+    """Copy the run's capture (from the grader's own folder, where the report put it) and the kernel's
+    summary to ``target``, replacing what was there; tied to the exact bytes of the submission it was made
+    from."""
     shutil.rmtree(target, ignore_errors=True)
-    capture = outcome.scratch / "capture"
-    files = [p for p in capture.iterdir() if p.is_file() and not p.is_symlink()] if capture.is_dir() else []
-    if sum(p.lstat().st_size for p in files) > KEPT_BYTES:
+    capture = outcome.folder / "capture"
+    files = [p for p in capture.iterdir() if p.is_file()] if capture.is_dir() else []
+    if sum(p.stat().st_size for p in files) > KEPT_BYTES:
         return
     (target / "capture").mkdir(parents=True)
     for path in files:
-        shutil.copyfile(path, target / "capture" / path.name, follow_symlinks=False)
+        shutil.copyfile(path, target / "capture" / path.name)
     run = {
+        "layout": KEPT_LAYOUT,
+        "submission_sha256": submission_sha256,
         "status": outcome.status,
         "seconds": outcome.seconds,
         "summary": outcome.summary,
@@ -190,12 +199,17 @@ def keep_run(target: Path, outcome: Outcome) -> None:
     write_json_atomic(target / "run.json", run)
 
 
-def kept_outcome(folder: Path) -> Outcome | None:
-    """The run kept by :func:`keep_run` as an :class:`Outcome` (its capture under ``folder``), or None."""
+def kept_outcome(folder: Path, submission_sha256: str | None = None) -> Outcome | None:
+    """The run kept by :func:`keep_run` as an :class:`Outcome` (its capture under ``folder``), or None: none
+    kept, kept by an earlier layout of the grader, or made from other bytes than ``submission_sha256``."""
     try:
         run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        if run.get("layout") != KEPT_LAYOUT:
+            return None
+        if submission_sha256 is not None and run.get("submission_sha256") != submission_sha256:
+            return None
         return Outcome(run["status"], run["seconds"], folder, run["summary"], run["detail"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -271,17 +285,82 @@ def error_result(job: Job, reference: Reference | None, err: Exception) -> Resul
     )  # fmt: skip
 
 
-def save_executed(course: Course, job: Job, executed: Path, fallback: nbformat.NotebookNode) -> None:
+WITHHELD = "[output withheld: it contains the text of a hidden test]\n"
+
+
+def hidden_test_lines(course: Course, aid: str) -> frozenset[str]:
+    """The lines of the source's hidden tests that say something (whitespace removed, 12 characters or
+    more): an output that contains one is not shown to anyone."""
+    return _hidden_lines(str(course.source_notebook(aid)), course.source_notebook(aid).stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _hidden_lines(path: str, _mtime: int) -> frozenset[str]:
+    nb = nbformat.read(path, as_version=4)
+    lines: set[str] = set()
+    for cell in nb.cells:
+        inside = False
+        for line in cell.source.splitlines():
+            if "### BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "### END HIDDEN TESTS" in line:
+                inside = False
+            elif inside:
+                squeezed = "".join(line.split())
+                if len(squeezed) >= 12:
+                    lines.add(squeezed)
+    return frozenset(lines)
+
+
+def _texts(value) -> list[str]:
+    """Every string inside an output (its text, its data of every type, its traceback), found recursively."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
+def _shows_hidden(output: dict, hidden: frozenset[str]) -> bool:
+    squeezed = "".join("".join(_texts(output)).split())
+    return any(line in squeezed for line in hidden)
+
+
+def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]):
+    """The notebook as the grader ran it: the cells the grader sent (never text from the run), each code
+    cell with the outputs it had when it finished, less any output that shows hidden test text, and
+    a cell whose outputs are not valid nbformat shown without them."""
+    import copy
+
+    nb = copy.deepcopy(notebook)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in outputs.get(index, []):
+            output = nbformat.from_dict(output)
+            if _shows_hidden(output, hidden):
+                output = nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)
+            kept.append(output)
+        cell.outputs = kept
+        cell.execution_count = None
+        try:
+            nbformat.validate(nbformat.v4.new_notebook(cells=[cell]))
+        except Exception:
+            note = "[outputs not shown: they are not valid notebook outputs]\n"
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=note)]
+    return nb
+
+
+def save_executed(
+    course: Course, job: Job, notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]
+) -> None:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review."""
     target = course.executed(job.aid, job.sid)
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if executed.stat().st_size > 32 * 2**20:
-            raise ValueError("too large")
-        nb = nbformat.read(str(executed), as_version=4)
-    except Exception:
-        nb = fallback
-    nbformat.write(nb, str(target))
+    nbformat.write(executed_notebook(notebook, outputs, hidden), str(target))
 
 
 def _dask_grade(job: Job) -> Result:

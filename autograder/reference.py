@@ -262,6 +262,7 @@ def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int):
         warm=frameworks_used(course, aid),
         isolation=isolation,
         private=course.private_folders(),
+        trusted=True,
     )
     sandbox.start()
     return sandbox, sandbox.run(nb, files=course.source_notebook(aid).parent)
@@ -292,7 +293,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         captured = {}
         for threads, (_, outcome) in sorted(runs.items()):
             _check_run(aid, threads, outcome, limits)
-            cases, values, problems = load_cases(outcome.scratch / "capture")
+            cases, values, problems = load_cases(outcome.folder / "capture")
             if problems:
                 raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
             captured[threads] = (cases, values)
@@ -318,7 +319,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
                 f"machine. Widen these cases' rtol/atol in source/{aid}/{aid}.ipynb:\n  "
                 + "\n  ".join(problems)
             )
-        capture = runs[1][1].scratch / "capture"
+        capture = runs[1][1].folder / "capture"
         (capture / CELLS_FILE).write_text(json.dumps(cells, indent=1))
         (capture / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
         (capture / WRITTEN_FILE).write_text(json.dumps(written_cells(nb), indent=1))
@@ -326,7 +327,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(capture, target)
-        compiled = runs[1][1].scratch / "home" / COMPILE_CACHE
+        compiled = runs[1][0].scratch / "home" / COMPILE_CACHE  # the source's own run: trusted
         if compiled.is_dir() and any(compiled.iterdir()):  # the source used torch.compile
             shutil.copytree(compiled, target / COMPILE_CACHE, symlinks=True)
     finally:

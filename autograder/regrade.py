@@ -87,8 +87,8 @@ def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str])
         return "it was never graded (a grader error)"
     if sha256_file(submission) != old.submission_sha256:
         return "handed in again"
-    if kept_outcome(course.kept_run(aid, old.student_id)) is None:
-        return "no capture kept from its run"
+    if kept_outcome(course.kept_run(aid, old.student_id), old.submission_sha256) is None:
+        return "no capture kept from its run (or kept by an earlier grader, or from other bytes)"
     changed = sorted(k for k in {*inputs, *old.inputs} if inputs.get(k) != old.inputs.get(k))
     if changed:
         return "the source changed what " + ", ".join(changed[:4]) + " runs"
@@ -104,7 +104,7 @@ def decide_again(course: Course, old: Result, reference: Reference, limits: Limi
     result.seconds_in_sandbox, result.peak_memory_mb = old.seconds_in_sandbox, old.peak_memory_mb
     job = Job(str(course.root), str(course.work), aid, sid, limits, (), Isolation("basic"))
     g = Grading(job, reference, course, course.submission(aid, sid), result)
-    g.outcome = kept_outcome(course.kept_run(aid, sid))
+    g.outcome = kept_outcome(course.kept_run(aid, sid), old.submission_sha256)
     stages = dict(STAGES)
     stages["verify"](g)
     result.flags = old.flags  # the run is the same: so is what it showed about tampering

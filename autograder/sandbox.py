@@ -13,7 +13,6 @@ frameworks), so kernel start and imports overlap with the previous submission's 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -31,13 +30,19 @@ from autograder.child import READY
 from autograder.course import ROOT
 from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
 from autograder.notebooks import QUIET_ENV
+from autograder.protocol import COMPILE_CACHE, ChildReport, ChildRequest, ReportReader
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # What the basic mode leaves in view at /: the operating system (what bubblewrap shows), devices,
 # processes, and the package stores whose programs point into one another. Every other folder at / is
 # covered: a copy of a course in /srv or /work, a data disk under /mnt, /opt, /var, /run's sockets.
 KEPT_AT_ROOT = (*SYSTEM_DIRS, "/dev", "/proc", "/sys", "/nix", "/gnu")
-COMPILE_CACHE = "compile-cache"  # under a run's home, and in the reference: torch.compile's caches
+PRIVATE = (
+    "work",
+    "home",
+    "tmp",
+    "capture",
+)  # the submission's folders in its scratch; the rest is the grader's
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
 UID_LOCKS = Path(tempfile.gettempdir()) / "dlcourse-uid-locks"
 
@@ -53,9 +58,11 @@ def allocate_uid() -> tuple[int, int]:
         except BlockingIOError:
             os.close(fd)
             continue
-        if _uid_has_processes(uid):  # left behind by a grader that was killed: not safe to reuse
-            os.close(fd)
-            continue
+        if _uid_has_processes(uid):  # left behind by a grader that was killed (no live grader holds the lock)
+            kill_all_of_uid(uid)
+            if _uid_has_processes(uid):
+                os.close(fd)
+                continue
         return uid, fd
     raise RuntimeError("no free sandbox uid")
 
@@ -68,20 +75,24 @@ class Limits:
     nproc: int = 512  # threads and processes (RLIMIT_NPROC, when the child has its own uid)
     processes: int = 48  # processes in the sandbox's tree before it is stopped as a fork bomb
     threads: int = 1  # BLAS/OpenMP threads per kernel, so parallel workers do not oversubscribe
+    disk_mb: int = 512  # each of the submission's folders (a size-limited tmpfs where namespaces are made)
 
 
 @dataclass
 class Outcome:
-    """What came back from one run: plain data only, all of it untrusted."""
+    """What came back from one run: plain data only, all of it untrusted, in a folder of the grader's own
+    (``folder/capture``: the captured cases, as the report carried them; nothing the submission wrote on
+    disk is ever read)."""
 
     STATUSES = ("finished", "timeout", "memory", "processes", "crashed", "error")
 
     status: str  # one of STATUSES; "error" is the grader's failure (no student code ran)
     seconds: float
-    scratch: Path
+    folder: Path
     summary: dict = field(default_factory=dict)
     detail: str = ""
     peak_memory_mb: float | None = None  # the sandbox's whole process tree, sampled every 0.2 s
+    outputs: dict = field(default_factory=dict)  # code cell index -> its outputs as the cell left them
 
 
 def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
@@ -128,31 +139,44 @@ class Sandbox:
         isolation: Isolation | None = None,
         private: tuple[str, ...] = (),
         compile_cache: str = "",
+        trusted: bool = False,
     ):
         self.limits, self.slot, self.warm = limits, slot, warm
+        # the source's own run (the reference): its home stays on disk, for the grader to keep its
+        # torch.compile caches; a submission's home is a private tmpfs like its other folders
+        self.trusted = trusted
         self.compile_cache = compile_cache  # the reference run's torch.compile caches, copied in (trusted)
         self.isolation = isolation or resolve("auto")
         self.private = private  # folders no kernel may see (the course, the grader's workspace)
+        # grader-owned, readable by all: the child's folders below it are the submission's
         self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
+        self.scratch.chmod(0o755)
+        self.results = Path(tempfile.mkdtemp(prefix="dlcourse-results-"))  # the grader's alone (0700)
         self.uid, self._uid_lock = allocate_uid() if os.geteuid() == 0 else (None, None)
         self.process: subprocess.Popen | None = None
         self._ready = threading.Event()
-        self._log: list[str] = []
+        self._reader_state = ReportReader(READY.encode())
+        self._log = self._reader_state.log
         self._peak_rss = 0
 
-    def command(self) -> list[str]:
-        child = [
-            sys.executable, "-m", "autograder.child", "--scratch", str(self.scratch),
-            "--memory", str(self.limits.memory_mb), "--cell-timeout", str(self.limits.cell_timeout),
-            "--warm", ",".join(self.warm), "--threads", str(self.limits.threads),
-        ]  # fmt: skip
-        if self.uid is not None:
-            child += ["--uid", str(self.uid), "--nproc", str(self.limits.nproc)]
-        child += [arg for path in self.hidden() for arg in ("--hide", path)]
-        child += [arg for path in self.revealed() for arg in ("--reveal", path)]
-        child += ["--writable", str(self.scratch)]
+    def request(self, probe: bool = False) -> ChildRequest:
+        """What the child gets, whichever launcher starts it (see :class:`autograder.protocol.ChildRequest`)."""
+        namespaces = self.isolation.namespaces and self.isolation.mode != "bubblewrap"
+        return ChildRequest(
+            scratch=str(self.scratch), env=_kernel_env(self.scratch, self.limits), memory=self.limits.memory_mb,
+            cell_timeout=self.limits.cell_timeout, threads=self.limits.threads, warm=tuple(self.warm),
+            uid=self.uid, nproc=self.limits.nproc if self.uid is not None else None, namespaces=namespaces,
+            hide=tuple(self.hidden()), reveal=tuple(self.revealed()),
+            writable=(str(self.scratch),),
+            private={str(self.scratch / f): self.limits.disk_mb * 2**20 for f in self.private_folders()}
+            if namespaces else {},
+            compile_seed=str(self.scratch / "seed") if (self.scratch / "seed").is_dir() else "", probe=probe,
+        )  # fmt: skip
+
+    def command(self, probe: bool = False) -> list[str]:
+        child = [sys.executable, "-m", "autograder.child", "--request", self.request(probe).to_json()]
         if self.isolation.mode != "bubblewrap":
-            return child + (["--namespaces"] if self.isolation.namespaces else [])
+            return child
         bwrap = [
             self.isolation.bwrap, "--die-with-parent", "--new-session",
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -174,8 +198,15 @@ class Sandbox:
                     bwrap += ["--perms", "0755", "--dir", str(parent)]
                     made.add(parent)
             bwrap += ["--ro-bind", str(path), str(path)]
-        bwrap += ["--bind", str(self.scratch), str(self.scratch), "--chdir", str(self.scratch / "work"), "--"]
-        return bwrap + child
+        bwrap += ["--bind", str(self.scratch), str(self.scratch)]
+        if not probe:  # the submission's disk quota: a tmpfs for each folder it writes, gone with the run
+            size = str(self.limits.disk_mb * 2**20)
+            for folder in self.private_folders():
+                bwrap += ["--perms", "0777", "--size", size, "--tmpfs", str(self.scratch / folder)]
+        return [*bwrap, "--chdir", str(self.scratch / "work"), "--", *child]
+
+    def private_folders(self) -> tuple[str, ...]:
+        return tuple(f for f in PRIVATE if not (self.trusted and f == "home"))
 
     def hidden(self) -> list[str]:
         """Folders the basic mode covers: home folders, this repository, the course and its workspace, and
@@ -215,18 +246,6 @@ class Sandbox:
     def forked(self) -> bool:
         return self.isolation.runner == "fork"
 
-    def fork_request(self, probe: bool = False) -> dict:
-        """What :func:`autograder.forkserver.child_main` needs: the same isolation, user, limits and
-        environment as :meth:`command` gives a spawned child."""
-        return {
-            "scratch": str(self.scratch), "cwd": str(self.scratch / "work"),
-            "env": _kernel_env(self.scratch, self.limits), "uid": self.uid,
-            "nproc": self.limits.nproc if self.uid is not None else None, "memory": self.limits.memory_mb,
-            "cell_timeout": self.limits.cell_timeout, "namespaces": self.isolation.namespaces,
-            "threads": self.limits.threads,
-            "hide": self.hidden(), "reveal": self.revealed(), "writable": [str(self.scratch)], "probe": probe,
-        }  # fmt: skip
-
     def _server(self):
         from autograder.forkserver import server_for
 
@@ -238,9 +257,9 @@ class Sandbox:
         runs), with ``error`` set when it failed."""
         self.prepare()
         if self.forked:
-            child = self._server().spawn(self.fork_request(probe=True))
+            child = self._server().spawn(self.request(probe=True))
             child.stdin.close()
-            output = child.stdout.read()
+            output = child.stdout.read(1 << 20).decode("utf-8", errors="replace")
             child.stdout.close()
             child.wait(180)
             report = probe_report(output)
@@ -248,7 +267,7 @@ class Sandbox:
                 report["error"] = output.strip()[-1500:] or f"exit status {child.returncode}"
             return report
         done = subprocess.run(
-            [*self.command(), "--probe"],
+            self.command(probe=True),
             preexec_fn=_die_with_grader,
             capture_output=True,
             text=True,
@@ -262,21 +281,22 @@ class Sandbox:
         return report
 
     def prepare(self) -> None:
-        for sub in ("work", "capture", "home", "tmp"):
-            (self.scratch / sub).mkdir(parents=True, exist_ok=True)
+        """The run's folders: the submission's own (work, home, tmp, capture: private tmpfs mounts inside the
+        namespaces), and the grader's (input, seed), which the submission can read but not change."""
+        for sub in PRIVATE:
+            (self.scratch / sub).mkdir(exist_ok=True)
+            if self.uid is not None:
+                os.chown(self.scratch / sub, self.uid, self.uid)
         # A private copy for this run: a correct solution compiles from the reference's cache, and nothing a
         # student's code writes there reaches anyone else's run.
-        cache = self.scratch / "home" / COMPILE_CACHE
-        if self.compile_cache and Path(self.compile_cache).is_dir() and not cache.exists():
-            shutil.copytree(self.compile_cache, cache, symlinks=True)
-        if self.uid is not None:
-            for path in [self.scratch, *self.scratch.rglob("*")]:
-                os.chown(path, self.uid, self.uid)
+        seed = self.scratch / "seed"
+        if self.compile_cache and Path(self.compile_cache).is_dir() and not seed.exists():
+            shutil.copytree(self.compile_cache, seed, symlinks=True)
 
     def start(self) -> Sandbox:
         self.prepare()
         if self.forked:
-            self.process = self._server().spawn(self.fork_request())
+            self.process = self._server().spawn(self.request())
             self._reader = threading.Thread(target=self._read_output, daemon=True)
             self._reader.start()
             return self
@@ -286,9 +306,8 @@ class Sandbox:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
             env=_kernel_env(self.scratch, self.limits),
-            cwd=str(self.scratch / "work"),
+            cwd=str(self.scratch),
             start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read_output, daemon=True)
@@ -297,14 +316,7 @@ class Sandbox:
 
     def _read_output(self) -> None:
         assert self.process and self.process.stdout
-        try:
-            for line in self.process.stdout:
-                if line.strip() == READY:
-                    self._ready.set()
-                elif len(self._log) < 200:
-                    self._log.append(line.rstrip()[:500])
-        except (OSError, ValueError):  # closed by cleanup()
-            pass
+        self._reader_state.feed_from(self.process.stdout, self._ready.set)
 
     def wait_ready(self, timeout: float = 120) -> bool:
         deadline = time.monotonic() + timeout
@@ -320,46 +332,68 @@ class Sandbox:
         it; enforce the limits; return what came back.
 
         A child that never reported its kernel ready is the grader's failure (status ``error``): no
-        student code has run in it yet. Whatever happens after READY happened to the student's code.
+        student code has run in it yet. Whatever happens after READY happened to the student's code, and
+        what comes back of it is only the report on the child's pipe (:mod:`autograder.protocol`).
         """
         assert self.process is not None
-        work = self.scratch / "work"
+        given = self.scratch / "input"
+        given.mkdir(mode=0o755)
         if files is not None:
             for item in files.iterdir():
-                if item.is_file() and item.suffix != ".ipynb":
-                    shutil.copy(item, work / item.name)
-        path = self.scratch / "input.ipynb"
+                if item.is_file() and not item.is_symlink() and item.suffix != ".ipynb":
+                    shutil.copy(item, given / item.name)
+        path = given / "submission.ipynb"
         nbformat.write(notebook, str(path))
-        if self.uid is not None:
-            for item in [path, *work.iterdir()]:
-                os.chown(item, self.uid, self.uid)
+        for item in given.iterdir():
+            item.chmod(0o644)
         start = time.monotonic()
         if not self.wait_ready(timeout=self.limits.timeout):
             self.kill()
             why = "the sandbox's kernel did not start (no student code ran)"
-            return Outcome("error", time.monotonic() - start, self.scratch, detail=self._tail(why))
+            return Outcome("error", time.monotonic() - start, self.results, detail=self._tail(why))
         root = self._root()
         if root is not None:  # the kernel's memory before the notebook: a run too short to sample has this
             self._peak_rss = self._tree_usage(root)[1]
         try:
-            self.process.stdin.write(str(path) + "\n")
+            self.process.stdin.write(f"{path}\n".encode())
             self.process.stdin.flush()
         except OSError:
             pass
         status = self._watch(start, root)
         seconds = time.monotonic() - start
+        if status != "finished" and root is not None:
+            # Stop the kernel and all it started, not the driver: the driver sees its kernel die and sends
+            # the report of what ran before (what the checks captured so far), then ends.
+            self._stop_kernel(root)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
         if getattr(self.process, "lost", False):
             why = "the warm parent that forked this run died (the grader's failure)"
-            return Outcome("error", seconds, self.scratch, detail=self._tail(why))
-        summary = read_summary(self.scratch / "run.json")
+            return Outcome("error", seconds, self.results, detail=self._tail(why))
+        reader = getattr(self, "_reader", None)
+        if reader is not None:  # every process holding the pipe is dead: its end comes at once
+            reader.join(timeout=10)
+        report = None if reader is None or reader.is_alive() else self._reader_state.report()
+        detail = self._tail("")
+        if report is None:
+            # no report: the run ended before the driver could send one (killed, crashed, or the student's
+            # code killed it), or what came was not a report. The student's run, never a grader error.
+            if status == "finished":
+                status = "crashed"
+            if self._reader_state.broken:
+                detail = self._tail(f"the run's report was refused: {self._reader_state.broken}")
+            report = ChildReport()
+        summary = report.summary
+        report.materialise(self.results)
+        if report.problems:
+            summary = {**summary, "problems": report.problems}
         if status == "finished" and summary.get("stopped") == "DeadKernelError":
             status = "crashed"
-        if status == "finished" and not summary:
-            # the child writes run.json after the notebook; if it could not, the disk is the grader's problem
-            status = "error" if any("No space left on device" in line for line in self._log) else "crashed"
         peak = round(self._peak_rss / 2**20, 1) if self._peak_rss else None
-        return Outcome(status, seconds, self.scratch, summary, self._tail(""), peak)
+        return Outcome(status, seconds, self.results, summary, detail, peak, report.outputs)
 
     def _root(self):
         import psutil
@@ -368,6 +402,37 @@ class Sandbox:
             return psutil.Process(self.process.pid)
         except psutil.NoSuchProcess:
             return None
+
+    def _driver(self, root):
+        """The process that drives the kernel (no student code runs in it): the forked child itself, or
+        the spawned ``autograder.child`` (under bubblewrap, below its two processes)."""
+        import psutil
+
+        if self.forked:
+            return root
+        try:
+            for proc in [root, *root.children(recursive=True)]:
+                if proc.cmdline()[1:3] == ["-m", "autograder.child"]:  # (bubblewrap's own names it later)
+                    return proc
+        except psutil.Error:
+            pass
+        return None
+
+    def _stop_kernel(self, root) -> None:
+        import psutil
+
+        driver = self._driver(root)
+        if driver is None:
+            return
+        try:
+            below = driver.children(recursive=True)
+        except psutil.Error:
+            return
+        for proc in below:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
 
     def _watch(self, start: float, root) -> str:
         """Wait for the child; kill it past the wall-clock limit or the memory limit (whole process tree)."""
@@ -473,6 +538,7 @@ class Sandbox:
                 except (OSError, ValueError, AttributeError):
                     pass
         shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.results, ignore_errors=True)
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None
@@ -515,29 +581,28 @@ def kill_all_of_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def read_summary(path: Path) -> dict:
-    """The child's run.json, validated: a dict with a list of cell entries of plain values, or {}."""
-    try:
-        if path.stat().st_size > 8 * 2**20:
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return {}
+def read_summary_data(data) -> dict:
+    """A run summary as the report carried it, validated: a dict with a list of cell entries of plain
+    values, or {}."""
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         return {}
     cells = []
-    for entry in data["cells"]:
-        if isinstance(entry, dict) and isinstance(entry.get("index"), int):
+    for entry in data["cells"][:100_000]:
+        if isinstance(entry, dict) and type(entry.get("index")) is int:
             clean = {
                 str(k)[:50]: v[:4000] if isinstance(v, str) else v
                 for k, v in entry.items()
-                if isinstance(v, str | int | type(None))
+                if isinstance(v, str | int | type(None)) and not isinstance(v, bool)
             }
             cells.append(clean)
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
-    timings = {str(k)[:30]: float(v) for k, v in timings.items() if isinstance(v, int | float)}
+    timings = {
+        str(k)[:30]: float(v)
+        for k, v in timings.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
     return {
         "cells": cells,
-        "stopped": data.get("stopped") if isinstance(data.get("stopped"), str) else None,
+        "stopped": data.get("stopped")[:600] if isinstance(data.get("stopped"), str) else None,
         "timings": timings,
     }

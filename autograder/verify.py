@@ -2,12 +2,13 @@
 
 A graded test cell earns its points when every case that the reference recorded in it was also
 recorded by the student's run and agrees with the reference (kind and tolerance from the reference).
-The kernel's own verdict (did the test cell raise?) is kept as a second opinion. A public check raises in
-the kernel when it fails, and the run records both sides of its comparison, so the grader can redo that
-very comparison on the same data: a cell that the kernel saw pass while one of its public checks was not
-recorded, or fails when redone outside, is flagged as tampering. Differences from the reference are never
-evidence of tampering (a consistently wrong answer, or floating-point noise, passes its own public check).
-The trusted verdict always stands.
+The kernel's own verdict is kept as a second opinion, never as a source of points. A public check
+records, with both sides of its comparison, what the kernel said of it, so the grader can redo that very
+comparison on the same data: a public check the kernel called passed that fails when redone outside, a
+cell that ran clean while one of its public checks was never recorded, and a cell the kernel saw fail
+whose every case passes outside are each flagged, as the notebook may tamper with the tests. Differences
+from the reference are never evidence of tampering (a consistently wrong answer, or floating-point noise,
+passes its own public check). The trusted verdict always stands.
 
 Written answers (markdown answer cells with points) are no cases: the score and its maximum count the
 autograded test cells only, and :func:`written_results` lists the written answers apart, as awaiting
@@ -67,7 +68,7 @@ def tampered_public_check(
     if name not in values:
         return True
     trusted = reference.cases[name]
-    if trusted.kind in ("range", "accuracy"):  # compared with bounds or labels, not with a value
+    if trusted.kind in ("range", "accuracy", "model_accuracy"):  # bounds or labels, not a value
         return compare(trusted, None, values[name]) is not None
     expected = load_expected(capture, cases[name])
     return expected is None or compare(trusted, expected, values[name]) is not None
@@ -102,14 +103,26 @@ def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
         else:
             seen = "passed" if entry.get("status") == "ok" else "failed"
         public = [name for name in cell["cases"] if reference.cases[name].public]
-        if seen == "passed" and any(
-            tampered_public_check(reference, capture, cases, values, n) for n in public
+        said_passed = [
+            n
+            for n in public
+            if (cases[n].verdict == "passed" if n in cases and cases[n].verdict else seen == "passed")
+        ]
+        unrecorded = seen == "passed" and any(n not in values for n in public)
+        if unrecorded or any(
+            tampered_public_check(reference, capture, cases, values, n) for n in said_passed
         ):
-            # A public check raises in the kernel when it fails; a cell that ran clean past a public check
-            # that failed (or never ran) means the notebook changed how checks behave.
+            # a public check the kernel called passed fails when redone outside, or a cell ran clean past
+            # a public check that never recorded: the notebook changed how checks behave
             verdict.disagreements.append(
-                f"{grade_id}: the kernel reported this test cell as passing, but one of its public checks "
-                "fails when its own comparison is redone outside the kernel (the notebook may tamper with the tests)"
+                f"{grade_id}: the kernel reported a public check of this test cell as passing, but it fails "
+                "when its own comparison is redone outside the kernel, or was never recorded (the notebook "
+                "may tamper with the tests)"
+            )
+        if seen == "failed" and not failed:
+            verdict.disagreements.append(
+                f"{grade_id}: the kernel reported this test cell as failing ({entry.get('ename') or 'stopped'}), but every "
+                "case in it passes outside the kernel (the notebook may tamper with the tests or the grader)"
             )
         points = round(sum(g.points for g in results), 2)
         groups_shown = results if len(results) > 1 else []

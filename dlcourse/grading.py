@@ -25,18 +25,27 @@ student (no variables)  public cases are compared with ``expected`` and explaine
                         in that directory, and a mismatch raises ``AssertionError`` (nbgrader's
                         verdict)
 ``DLCOURSE_CAPTURE``    the trusted grader's run: the value is written, as plain data (``.npy``
-                        without pickle), to that directory. Public cases still raise on mismatch
-                        (the in-kernel second opinion); points are decided outside the kernel by
-                        :func:`compare` on the captured data
+                        without pickle), to that directory. A failing public case prints its
+                        message and records the kernel's verdict, and the cell goes on, so every
+                        later case is still checked (a failing check costs only its share); points
+                        are decided outside the kernel by :func:`compare` on the captured data
 reference run           the grader runs the source with ``DLCOURSE_CAPTURE`` and marks each test
                         cell with :func:`begin_cell`; the recorded values and each case's kind and
                         tolerance become the reference
 ======================  ==========================================================================
 
 The kinds of case: :func:`check` (values close within rtol/atol), :func:`check_equal` (exactly equal:
-integers, strings, booleans, shapes), :func:`check_range` (a scalar within bounds), and
-:func:`check_accuracy` (predictions whose accuracy against labels is at least a threshold). The kind
-and its parameters are always taken from the reference, never from the student's kernel.
+integers, strings, booleans, shapes), :func:`check_range` (a scalar within bounds),
+:func:`check_accuracy` (predictions whose accuracy against labels is at least a threshold), and
+:func:`check_model_accuracy` (a trained model's accuracy, worked out outside the kernel: the kernel
+records only the model's parameters; the architecture, inputs and labels come from the reference). The
+kind and its parameters are always taken from the reference, never from the student's kernel.
+
+What a kernel records is the submission's word: a ``range`` or ``accuracy`` case judges a number or
+predictions the kernel computed, and the kernel also holds the labels, so those cases show a student
+where they stand but a notebook that rewrites the recorder can pass them. A graded property of a trained
+model is a ``model_accuracy`` case: to pass it, the recorded parameters must classify the reference's
+inputs, which takes a trained model.
 """
 
 from __future__ import annotations
@@ -75,6 +84,7 @@ class Case:
     cell: str | None = None
     public: bool = False
     expected_file: str | None = None  # public cases: the expected value the kernel compared with
+    verdict: str | None = None  # public cases: what the kernel said ("passed"/"failed"), the kernel's word
 
 
 def plain_value(value) -> np.ndarray:
@@ -115,7 +125,14 @@ def begin_cell(cell_id: str) -> None:
 
 
 def _record(
-    directory: Path, name: str, kind: str, params: dict, value: np.ndarray, public: bool, expected=None
+    directory: Path,
+    name: str,
+    kind: str,
+    params: dict,
+    value: np.ndarray,
+    public: bool,
+    expected=None,
+    verdict: str | None = None,
 ) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     index = sum(1 for _ in directory.glob("*.npy"))
@@ -129,6 +146,8 @@ def _record(
         "cell": _current_cell,
         "public": public,
     }
+    if verdict is not None:
+        entry["verdict"] = verdict
     if expected is not None:  # so the grader can redo the kernel's own comparison on the same data
         entry["expected"] = f"{index:04d}e.npy"
         np.save(directory / entry["expected"], expected, allow_pickle=False)
@@ -186,8 +205,15 @@ def load_cases(
         expected = (
             expected if isinstance(expected, str) and re.fullmatch(r"\d{4,6}e\.npy", expected) else None
         )
+        verdict = entry.get("verdict") if entry.get("verdict") in ("passed", "failed") else None
         cases[name] = Case(
-            name, kind, params, cell if isinstance(cell, str) else None, entry.get("public") is True, expected
+            name,
+            kind,
+            params,
+            cell if isinstance(cell, str) else None,
+            entry.get("public") is True,
+            expected,
+            verdict,
         )
     return cases, values, problems
 
@@ -240,6 +266,16 @@ def compare(case: Case, reference, got) -> str | None:
             )
             return f"{case.name}: got {x:.6g}, which should be {bounds}"
         return None
+    if case.kind == "model_accuracy":
+        got = np.asarray(got)
+        try:
+            predictions = model_predictions(p["model"], got, np.asarray(p["inputs"], dtype=np.float64))
+        except ValueError as err:
+            return f"{case.name}: {err}"
+        accuracy = float(np.mean(predictions == np.asarray(p["labels"])))
+        if accuracy < p["at_least"]:
+            return f"{case.name}: the trained model's accuracy is {accuracy:.1%}, needs at least {p['at_least']:.0%}"
+        return None
     if case.kind == "accuracy":
         labels = np.asarray(p["labels"])
         preds = np.asarray(got)
@@ -250,6 +286,64 @@ def compare(case: Case, reference, got) -> str | None:
             return f"{case.name}: accuracy {accuracy:.1%}, needs at least {p['at_least']:.0%}"
         return None
     return f"{case.name}: unknown kind of case {case.kind!r}"
+
+
+# ----------------------------------------------------------------------------- models as plain data
+
+MODEL_LAYERS = ("affine", "relu")  # what a model_accuracy case can describe (and the grader evaluate)
+
+
+def model_as_data(model) -> tuple[list, np.ndarray]:
+    """A model as ``(layers, parameters)``: the layers as plain data (``["affine", inputs, outputs]``,
+    ``["relu"]``) and every parameter in one flat float64 vector, in the layers' order. Takes a torch
+    ``nn.Sequential`` of ``Linear`` and ``ReLU`` layers, or an object whose ``params`` hold a two-layer
+    net's ``W1`` (D, H), ``b1``, ``W2`` (H, C), ``b2`` (affine - ReLU - affine)."""
+    layers, parts = [], []
+    params = getattr(model, "params", None)
+    if isinstance(params, dict) and {"W1", "b1", "W2", "b2"} <= set(params):
+        w1, b1, w2, b2 = (np.asarray(to_numpy(params[k]), dtype=np.float64) for k in ("W1", "b1", "W2", "b2"))
+        layers = [["affine", *w1.shape], ["relu"], ["affine", *w2.shape]]
+        parts = [w1, b1, w2, b2]
+    elif type(model).__name__ == "Sequential" and type(model).__module__.startswith("torch"):
+        for layer in model:
+            kind = type(layer).__name__
+            if kind == "Linear" and layer.bias is not None:
+                weight = to_numpy(layer.weight.detach()).astype(np.float64)
+                layers.append(["affine", weight.shape[1], weight.shape[0]])
+                parts += [weight.T, to_numpy(layer.bias.detach()).astype(np.float64)]
+            elif kind == "ReLU":
+                layers.append(["relu"])
+            else:
+                raise TypeError(f"a model_accuracy case takes Linear (with bias) and ReLU layers, not {kind}")
+    else:
+        raise TypeError("a model_accuracy case takes an nn.Sequential or a two-layer net with .params")
+    return layers, np.concatenate([np.ravel(p) for p in parts]) if parts else np.zeros(0)
+
+
+def model_predictions(layers: list, parameters: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+    """The class each row of ``inputs`` gets from the model ``(layers, parameters)`` (see
+    :func:`model_as_data`), computed here in float64; ValueError when the parameters do not fit."""
+    parameters = np.asarray(parameters)
+    if parameters.ndim != 1 or parameters.dtype.kind != "f":
+        raise ValueError(f"expected the model's parameters as one vector of numbers, got {parameters.shape}")
+    sizes = [a * b + b for kind, *shape in layers if kind == "affine" for a, b in [shape]]
+    if parameters.size != sum(sizes):
+        raise ValueError(f"the model has {parameters.size} parameters; its layers need {sum(sizes)}")
+    if not np.all(np.isfinite(parameters)):
+        return np.full(len(inputs), -1)
+    x, offset = inputs.reshape(len(inputs), -1), 0
+    for kind, *shape in layers:
+        if kind == "affine":
+            a, b = (int(n) for n in shape)
+            w = parameters[offset : offset + a * b].reshape(a, b)
+            bias = parameters[offset + a * b : offset + a * b + b]
+            offset += a * b + b
+            x = x @ w + bias
+        elif kind == "relu":
+            x = np.maximum(x, 0.0)
+        else:
+            raise ValueError(f"unknown layer {kind!r}")
+    return x.argmax(axis=1)
 
 
 def _short(a: np.ndarray) -> str:
@@ -281,6 +375,24 @@ def check_accuracy(name: str, predictions, labels, at_least: float) -> None:
     _case(name, "accuracy", {"labels": labels.tolist(), "at_least": at_least}, predictions, None, public=True)
 
 
+def check_model_accuracy(name: str, model, inputs, labels, at_least: float) -> None:
+    """Case ``name``: the trained ``model`` (see :func:`model_as_data`) must classify ``inputs`` as
+    ``labels`` on at least the fraction ``at_least``. The grader records only the model's parameters and
+    works out the accuracy itself, with the reference's architecture, inputs and labels."""
+    try:
+        layers, parameters = model_as_data(model)
+    except TypeError as err:
+        _session[name] = "failed"
+        raise GradingError(f"{name}: {err}") from None
+    params = {
+        "model": layers,
+        "inputs": plain_value(inputs).astype(np.float64).tolist(),
+        "labels": plain_value(labels).tolist(),
+        "at_least": at_least,
+    }
+    _case(name, "model_accuracy", params, parameters, None, public=True)
+
+
 def _case(name: str, kind: str, params: dict, got, expected, public: bool | None = None) -> None:
     if not NAME_PATTERN.match(name):
         raise ValueError(f"case names use letters, digits and . _ - [ ], not {name!r}")
@@ -299,10 +411,16 @@ def _case(name: str, kind: str, params: dict, got, expected, public: bool | None
         except TypeError as err:
             _session[name] = "failed"
             raise GradingError(f"{name}: expected value: {err}") from None
-        _record(Path(capture), name, kind, params, value, public, plain_expected)
-        _session[name] = "recorded"
-        if public:
-            _verdict(case, plain_expected if plain_expected is not None else value, value)
+        problem = None
+        if public:  # the student sees the verdict at once; the cell goes on, so later cases are checked too
+            problem = compare(case, plain_expected if plain_expected is not None else value, value)
+        verdict = None if not public else ("failed" if problem else "passed")
+        _record(Path(capture), name, kind, params, value, public, plain_expected, verdict)
+        _session[name] = verdict or "recorded"
+        if problem:
+            print(f"\u2717 {problem}")
+        elif public:
+            print(f"\u2713 {case.name}")
         return
     reference_dir = os.environ.get(REFERENCE_ENV)
     if reference_dir:

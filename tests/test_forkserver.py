@@ -90,7 +90,11 @@ with open("/tmp/filler", "wb") as f:
 """
 
 INSPECT = """
-import sys, os, threading, torch, numpy as np, dlcourse, dlcourse.grading
+import sys, os, pathlib, threading, torch, numpy as np, dlcourse, dlcourse.grading
+# The rule for /tmp: it shows the kernel's own scratch folder and, where the checkout or the Python
+# environment lives under /tmp, the way to them (shown read-only); nothing any other run wrote.
+shown = [pathlib.Path(dlcourse.__file__).resolve().parents[1], pathlib.Path(sys.prefix).resolve()]
+on_the_way = {p.relative_to("/tmp").parts[0] for p in shown if p.is_relative_to("/tmp")}
 print("STATE", {
     "torch_allclose": bool(torch.allclose(torch.zeros(1), torch.ones(1))),
     "np_allclose": bool(np.allclose([0.0], [1.0])),
@@ -98,7 +102,7 @@ print("STATE", {
     "check": dlcourse.grading.check.__module__,
     "json": sys.modules.get("json") is not None,
     "thread": "left-running" in [t.name for t in threading.enumerate()],
-    "tmp": [name for name in os.listdir("/tmp") if not name.startswith("dlcourse-run-")],  # but its own folder
+    "tmp": [n for n in os.listdir("/tmp") if not n.startswith("dlcourse-run-") and n not in on_the_way],
 })
 """
 
@@ -127,7 +131,7 @@ def test_nothing_one_submission_does_reaches_the_next_in_the_same_worker(tmp_pat
     monkeypatch.setattr(
         forkserver.ForkServer,
         "spawn",
-        lambda self, request: spawned.append((self, request["scratch"])) or real_spawn(self, request),
+        lambda self, request: spawned.append((self, request.scratch)) or real_spawn(self, request),
     )
     results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=isolation)}
     assert (results["b_next"].score, results["b_next"].status) == (100, "graded"), results["b_next"].reason

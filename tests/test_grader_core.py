@@ -8,10 +8,10 @@ import json
 import pytest
 
 from autograder.course import Course
+from autograder.protocol import MAX_HEADER_BYTES, ChildReport, ReportReader
 from autograder.release import release
 from autograder.repair import repair
 from autograder.result import STATUS
-from autograder.sandbox import read_summary
 from tests.fixtures.toy_course import make_course
 from tests.test_autograder_e2e import hostile_batch
 
@@ -76,16 +76,32 @@ def test_repair_of_the_hostile_batch(hostile, sid):
     ],
     ids=["empty", "not-json", "a-list", "cells-not-a-list", "long-and-nested", "junk-entries", "stopped"],
 )
-def test_read_summary_keeps_only_plain_well_formed_data(tmp_path, content, expected):
-    path = tmp_path / "run.json"
-    path.write_text(content)
-    assert read_summary(path) == expected
+def test_a_reports_summary_keeps_only_plain_well_formed_data(content, expected):
+    header = ('{"version": 2, "summary": ' + (content or '""') + "}").encode()
+    try:
+        summary = ChildReport.parse(header, b"").summary
+    except ValueError:  # not a report at all: the sandbox treats the run as one that sent none
+        summary = {}
+    assert summary == expected
 
 
-def test_read_summary_ignores_a_huge_file(tmp_path):
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps({"cells": [{"index": 1, "output": "x" * 9 * 2**20}]}))
-    assert read_summary(path) == {}
+def test_a_report_over_the_limit_or_cut_off_or_nested_too_deeply_is_refused():
+    import io
+
+    def read(frame: bytes) -> ReportReader:
+        reader = ReportReader(b"READY")
+        reader.feed_from(io.BytesIO(frame), lambda: None)
+        return reader
+
+    huge = read(f"DLCOURSE-REPORT {MAX_HEADER_BYTES + 1} 0\n".encode() + b"{}")
+    assert huge.report() is None and "larger than the limit" in huge.broken
+    cut = read(b"DLCOURSE-REPORT 100 0\n{}")
+    assert cut.report() is None and "cut off" in cut.broken
+    deep = b'{"version": 2, "summary": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    nested = read(f"DLCOURSE-REPORT {len(deep)} 0\n".encode() + deep)
+    assert nested.report() is None and "nested too deeply" in nested.broken
+    fine = read(b"log line\nREADY\nDLCOURSE-REPORT 2 0\n{}")
+    assert fine.log == ["log line"] and fine.report() is None and "not a report" in fine.broken
 
 
 def test_one_status_table_covers_every_status():
@@ -248,7 +264,7 @@ def test_each_run_gets_its_own_copy_of_the_reference_compile_cache(tmp_path):
     try:
         for run in runs:
             run.prepare()
-        own = [run.scratch / "home" / COMPILE_CACHE for run in runs]
+        own = [run.scratch / "seed" for run in runs]  # the driver copies it into the run's home
         assert [(c / "fxgraph" / "entry").read_text() for c in own] == ["compiled", "compiled"]
         (own[0] / "fxgraph" / "entry").write_text("poisoned")
         assert (
@@ -257,7 +273,8 @@ def test_each_run_gets_its_own_copy_of_the_reference_compile_cache(tmp_path):
             == "compiled"
         )
         env = _kernel_env(runs[0].scratch, Limits())
-        assert env["TORCHINDUCTOR_CACHE_DIR"] == str(own[0])
+        assert env["TORCHINDUCTOR_CACHE_DIR"] == str(runs[0].scratch / "home" / COMPILE_CACHE)
+        assert runs[0].request().compile_seed == str(own[0])
     finally:
         for run in runs:
             run.cleanup()

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -173,10 +174,12 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
     # A second batch: the canary is cached (not run again), then every kernel fails to start.
     ran = []
     monkeypatch.setattr(canary, "run_canary", lambda *a, **k: ran.append(a) or {})
-    monkeypatch.setattr(Sandbox, "command", lambda self: [sys.executable, "-c", "raise SystemExit(3)"])
-    request = Sandbox.fork_request  # the forked runner's child fails before its kernel, too
     monkeypatch.setattr(
-        Sandbox, "fork_request", lambda self, probe=False: {**request(self, probe), "cwd": "/nonexistent"}
+        Sandbox, "command", lambda self, probe=False: [sys.executable, "-c", "raise SystemExit(3)"]
+    )
+    request = Sandbox.request  # the forked runner's child fails before its kernel, too
+    monkeypatch.setattr(
+        Sandbox, "request", lambda self, probe=False: replace(request(self, probe), scratch="/nonexistent")
     )
     submit(course, "ben", filled(course, "T1", {"square"}))
     rows = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic", force=True)

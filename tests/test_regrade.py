@@ -121,27 +121,45 @@ def test_regrade_refuses_an_assignment_nobody_has_been_graded_on(tmp_path):
         regrade(course, "T1", LIMITS, resolve("basic"), workers=1)
 
 
-def test_a_kept_run_holds_no_links_from_the_students_capture(tmp_path):
-    """The capture is written by the student's code: a link in it must not make the grader copy what it
-    points to into its own workspace."""
+def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_its_bytes_only(tmp_path):
+    """The capture is written by the student's code: a link, a FIFO or a device in it must not make anyone
+    read what it points to, block, or read forever; a kept run decides only the bytes it was made from."""
+    import os
+
     from autograder.pipeline import keep_run, kept_outcome
+    from autograder.protocol import read_capture
     from autograder.sandbox import Outcome
 
-    scratch = tmp_path / "scratch"
-    (scratch / "capture").mkdir(parents=True)
-    (scratch / "capture" / "cases.jsonl").write_text("{}\n")
+    capture = tmp_path / "scratch" / "capture"
+    capture.mkdir(parents=True)
+    (capture / "cases.jsonl").write_text("{}\n")
     secret = tmp_path / "secret.txt"
     secret.write_text("the gradebook password")
-    (scratch / "capture" / "0001.npy").symlink_to(secret)
-    keep_run(tmp_path / "kept", Outcome("finished", 1.5, scratch, {"cells": []}, "tail"))
-    assert sorted(p.name for p in (tmp_path / "kept" / "capture").iterdir()) == ["cases.jsonl"]
-    kept = kept_outcome(tmp_path / "kept")
-    assert (kept.status, kept.seconds, kept.summary, kept.scratch) == (
+    (capture / "0001.npy").symlink_to(secret)
+    os.mkfifo(capture / "0002.npy")
+    (capture / "0003.npy").symlink_to("/dev/zero")
+    files, problems = read_capture(capture)
+    assert [name for name, _ in files] == ["cases.jsonl"]
+    assert len(problems) == 3
+    linked = tmp_path / "linked"
+    linked.symlink_to(capture)  # a capture folder replaced by a link is not followed either
+    assert read_capture(linked)[0] == []
+
+    folder = tmp_path / "grader"
+    (folder / "capture").mkdir(parents=True)
+    (folder / "capture" / "cases.jsonl").write_text("{}\n")
+    keep_run(tmp_path / "kept", Outcome("finished", 1.5, folder, {"cells": []}, "tail"), "sha-a")
+    kept = kept_outcome(tmp_path / "kept", "sha-a")
+    assert (kept.status, kept.seconds, kept.summary, kept.folder) == (
         "finished",
         1.5,
         {"cells": []},
         tmp_path / "kept",
     )
+    assert kept_outcome(tmp_path / "kept", "sha-b") is None  # handed in again: never decided from this run
+    run = tmp_path / "kept" / "run.json"
+    run.write_text(run.read_text().replace('"layout": 2', '"layout": 1'))
+    assert kept_outcome(tmp_path / "kept", "sha-a") is None  # an earlier grader's layout: graded again
 
 
 @pytest.mark.parametrize("aid", Course().assignments())

@@ -1,0 +1,258 @@
+"""The one way in and the one way back between the grader and a submission's child.
+
+In: a :class:`ChildRequest`, one description of what a child gets (its folders, what it may see, its user,
+limits and environment), the same for a spawned child (as one JSON argument) and a forked one (as one
+packet to the warm parent).
+
+Back: a :class:`ChildReport`, written by the driver (the process that runs the notebook through nbclient;
+no student code runs in it) to its standard output, the pipe the grader holds, as one frame::
+
+    DLCOURSE-REPORT <header bytes> <data bytes>\\n<header JSON><data>
+
+The header holds the run summary, each code cell's outputs as the cell left them, and the list of captured
+files; the data their bytes, one after another. The driver reads the capture folder without following
+links and without blocking (regular files only, bounded); the grader reads nothing the submission could
+have named: it parses this frame, bounded in size, and writes what it accepts into a folder of its own
+(:meth:`ChildReport.materialise`). The kernel has its own standard streams (``/dev/null``), so nothing
+the student's code prints can reach this pipe.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPORT_TAG = b"DLCOURSE-REPORT"
+MAX_HEADER_BYTES = 32 * 2**20  # the summary and the outputs (the driver keeps 20,000 characters a cell)
+MAX_DATA_BYTES = 256 * 2**20  # the captured cases' values
+MAX_FILES = 20_000
+# what a capture folder may hold: the index the checks append to, and one .npy per value (and expected value)
+CAPTURE_NAME = re.compile(r"cases\.jsonl|\d{4,6}e?\.npy")
+PROTOCOL_VERSION = 2
+COMPILE_CACHE = "compile-cache"  # under a run's home, and in the reference: torch.compile's caches
+
+
+@dataclass(frozen=True)
+class ChildRequest:
+    """Everything a child needs to start, in one place for every launcher."""
+
+    scratch: str  # grader-owned; the child's folders are below it
+    env: dict
+    memory: int  # MB (RLIMIT_AS)
+    cell_timeout: float
+    threads: int
+    warm: tuple[str, ...] = ("numpy",)
+    uid: int | None = None
+    nproc: int | None = None
+    namespaces: bool = False
+    hide: tuple[str, ...] = ()
+    reveal: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    # folders given a size-limited tmpfs of their own inside the namespaces: {path: bytes}
+    private: dict = field(default_factory=dict)
+    compile_seed: str = ""  # a folder whose copy becomes the run's torch.compile cache (trusted)
+    probe: bool = False
+
+    @property
+    def work(self) -> Path:
+        return Path(self.scratch) / "work"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ChildRequest:
+        data = json.loads(text)
+        for name in ("warm", "hide", "reveal", "writable"):
+            data[name] = tuple(data.get(name) or ())
+        return cls(**data)
+
+
+# ----------------------------------------------------------------------------- the driver's side
+
+
+def read_capture(folder: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """The capture folder's files as ``[(name, bytes)]``, read as the untrusted data they are: the folder
+    and each file opened without following a link and without blocking, regular files only, named as the
+    checks name them, bounded in count and size. Returns the files and a list of problems."""
+    problems: list[str] = []
+    try:
+        directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as err:
+        return [], ([] if err.errno == 2 else [f"the capture folder could not be opened ({err.strerror})"])
+    files: list[tuple[str, bytes]] = []
+    total = 0
+    try:
+        names = sorted(os.listdir(directory))
+        for name in names[:MAX_FILES]:
+            if not CAPTURE_NAME.fullmatch(name):
+                problems.append(f"unexpected entry in the capture folder: {name[:60]!r}")
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+            except OSError as err:
+                problems.append(f"{name}: not readable ({err.strerror})")
+                continue
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    problems.append(f"{name}: not a regular file")
+                    continue
+                if total + info.st_size > MAX_DATA_BYTES:
+                    problems.append("the captured results exceed the size limit; the rest were left out")
+                    break
+                data = _read_at_most(fd, info.st_size)
+                total += len(data)
+                files.append((name, data))
+            finally:
+                os.close(fd)
+        if len(names) > MAX_FILES:
+            problems.append(f"the capture folder holds more than {MAX_FILES} entries; the rest were left out")
+    finally:
+        os.close(directory)
+    return files, problems
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def encode_report(summary: dict, outputs: dict[int, list], files: list[tuple[str, bytes]], problems) -> bytes:
+    header = json.dumps(
+        {
+            "version": PROTOCOL_VERSION,
+            "summary": summary,
+            "outputs": {str(index): cell_outputs for index, cell_outputs in outputs.items()},
+            "files": [[name, len(data)] for name, data in files],
+            "problems": list(problems),
+        }
+    ).encode()
+    data = b"".join(data for _, data in files)
+    return REPORT_TAG + f" {len(header)} {len(data)}\n".encode() + header + data
+
+
+# ----------------------------------------------------------------------------- the grader's side
+
+
+@dataclass
+class ChildReport:
+    """What came back from one run, parsed and bounded; every field is still the submission's word."""
+
+    summary: dict = field(default_factory=dict)
+    outputs: dict[int, list] = field(default_factory=dict)
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, header: bytes, data: bytes) -> ChildReport:
+        """Decode a frame's two parts; raise ValueError when it is not a report."""
+        from autograder.sandbox import read_summary_data
+
+        try:
+            raw = json.loads(header.decode("utf-8", errors="replace"))
+        except RecursionError:
+            raise ValueError("the report is nested too deeply") from None
+        if not isinstance(raw, dict) or raw.get("version") != PROTOCOL_VERSION:
+            raise ValueError("not a report of this grader")
+        report = cls(summary=read_summary_data(raw.get("summary")))
+        outputs = raw.get("outputs")
+        if isinstance(outputs, dict):
+            for key, value in outputs.items():
+                if isinstance(key, str) and key.isdigit() and isinstance(value, list):
+                    report.outputs[int(key)] = [o for o in value if isinstance(o, dict)]
+        listed = raw.get("files") if isinstance(raw.get("files"), list) else []
+        offset = 0
+        for item in listed[:MAX_FILES]:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], int)):
+                report.problems.append("a malformed entry in the report's list of files")
+                break
+            name, size = str(item[0]), item[1]
+            if size < 0 or offset + size > len(data):
+                report.problems.append("the report's files do not add up to its data")
+                break
+            if CAPTURE_NAME.fullmatch(name) and name not in {n for n, _ in report.files}:
+                report.files.append((name, data[offset : offset + size]))
+            offset += size
+        problems = raw.get("problems") if isinstance(raw.get("problems"), list) else []
+        report.problems += [str(p)[:300] for p in problems[:50]]
+        return report
+
+    def materialise(self, folder: Path) -> None:
+        """Write the captured files into ``folder`` (the grader's own, made here): ``folder/capture``.
+        ``.npy`` files are checked to load without pickle; what does not is left out."""
+        import numpy as np
+
+        capture = folder / "capture"
+        capture.mkdir(parents=True, exist_ok=True)
+        for name, data in self.files:
+            if name.endswith(".npy"):
+                try:
+                    np.load(io.BytesIO(data), allow_pickle=False)
+                except Exception as err:
+                    self.problems.append(f"{name}: unreadable data ({type(err).__name__})")
+                    continue
+            (capture / name).write_bytes(data)
+
+
+class ReportReader:
+    """Reads a child's standard output (binary): log lines, the READY line, and at most one report frame,
+    keeping at most ``MAX_HEADER_BYTES + MAX_DATA_BYTES`` of it; everything else is dropped."""
+
+    def __init__(self, ready_line: bytes):
+        self.ready_line = ready_line
+        self.log: list[str] = []
+        self.header: bytes | None = None
+        self.data: bytes | None = None
+        self.broken = ""
+
+    def feed_from(self, stream, on_ready) -> None:
+        try:
+            while True:
+                line = stream.readline(64 * 1024)
+                if not line:
+                    return
+                if line.strip() == self.ready_line:
+                    on_ready()
+                elif line.startswith(REPORT_TAG + b" ") and self.header is None:
+                    self._read_frame(stream, line)
+                elif len(self.log) < 200:
+                    self.log.append(line.decode("utf-8", errors="replace").rstrip()[:500])
+        except (OSError, ValueError):  # closed by cleanup()
+            return
+
+    def _read_frame(self, stream, line: bytes) -> None:
+        try:
+            header_size, data_size = (int(x) for x in line.split()[1:3])
+        except ValueError:
+            self.broken = "a malformed report header"
+            return
+        if not (0 <= header_size <= MAX_HEADER_BYTES and 0 <= data_size <= MAX_DATA_BYTES):
+            self.broken = "the report is larger than the limit"
+            return
+        header = stream.read(header_size)
+        data = stream.read(data_size)
+        if len(header) != header_size or len(data) != data_size:
+            self.broken = "the report was cut off"
+            return
+        self.header, self.data = header, data
+
+    def report(self) -> ChildReport | None:
+        if self.header is None:
+            return None
+        try:
+            return ChildReport.parse(self.header, self.data or b"")
+        except ValueError as err:
+            self.broken = str(err)
+            return None
