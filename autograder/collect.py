@@ -77,7 +77,7 @@ def shown(text: str) -> str:
         elif ch.isprintable():
             out.append(ch)
         else:
-            out.append(repr(ch)[1:-1] if ord(ch) < 0xD800 or ord(ch) > 0xDFFF else f"\\u{ord(ch):04x}")
+            out.append(repr(ch)[1:-1])
     return "".join(out)
 
 
@@ -136,6 +136,18 @@ def clean_parts(name: str) -> tuple[str, ...] | str:
     return parts
 
 
+def member_name(info: zipfile.ZipInfo) -> str:
+    """A zip member's name. A zip that does not flag its names as UTF-8 is read as code page 437, as the
+    format says; but many writers (Canvas's among them) store UTF-8 without the flag, so a name that is valid
+    UTF-8 is read as UTF-8."""
+    if info.flag_bits & 0x800:
+        return info.filename
+    try:
+        return info.filename.encode("cp437").decode("utf-8")
+    except UnicodeError:
+        return info.filename
+
+
 def zip_members(zf: zipfile.ZipFile) -> Iterator[Member | Skipped]:
     """The regular files of a zip; links, devices, encrypted and unsafe members skipped with a reason."""
     for count, info in enumerate(zf.infolist()):
@@ -145,15 +157,16 @@ def zip_members(zf: zipfile.ZipFile) -> Iterator[Member | Skipped]:
         if info.filename.endswith("/"):  # a folder (ZipInfo.is_dir fails on an empty name)
             continue
         kind = stat.S_IFMT(info.external_attr >> 16)
-        parts = clean_parts(info.filename)
+        name = member_name(info)
+        parts = clean_parts(name)
         if isinstance(parts, str):
-            yield Skipped(info.filename, parts)
+            yield Skipped(name, parts)
         elif kind == stat.S_IFLNK:
-            yield Skipped(info.filename, "a link")
+            yield Skipped(name, "a link")
         elif kind not in (0, stat.S_IFREG):
-            yield Skipped(info.filename, "not a regular file")
+            yield Skipped(name, "not a regular file")
         elif info.flag_bits & 0x1:
-            yield Skipped(info.filename, "encrypted")
+            yield Skipped(name, "encrypted")
         else:
             yield Member(parts, info.file_size, lambda info=info: zf.open(info))
 
@@ -249,13 +262,13 @@ class Claim:
 
 def claims_of(members: list[Member], pattern: re.Pattern) -> tuple[list[Claim], list[str]]:
     """Which notebook is whose, from the top-level entries' names alone; and notes on what was ignored."""
-    claims, notes = [], []
+    claims, ignored = [], []
     for member in members:
         top, rest = member.parts[0], member.parts[1:]
         if member.parts[-1] == "timestamp.txt":
             continue  # read beside its notebook, where the instructor asks for it
         if not member.name.endswith(".ipynb"):
-            notes.append(f"ignored {member.name}: not a notebook")
+            ignored.append(member.name)
             continue
         match = pattern.fullmatch(top)
         if match:
@@ -270,7 +283,10 @@ def claims_of(members: list[Member], pattern: re.Pattern) -> tuple[list[Claim], 
         else:
             lms = unicodedata.normalize("NFC", top[: -len(".ipynb")] if not rest else top)
             claims.append(Claim(member, lms, lms, False, None, -1, member.parts[-1]))
-    return claims, notes
+    if not ignored:
+        return claims, []
+    more = f" and {len(ignored) - 10} more" if len(ignored) > 10 else ""
+    return claims, [f"ignored {len(ignored)} file(s) that are not notebooks: {', '.join(ignored[:10])}{more}"]
 
 
 def preference(claim: Claim, aid: str) -> tuple:
@@ -412,7 +428,7 @@ def hand_in_time(
         return rules.per_student[sid], "instructor (--received)"
     if claim.late is True:
         if due is None:
-            return None, "LMS: LATE, but no due date is set: set it (`deadline`), then collect again"
+            return None, "LMS: LATE, no due date to be late against"
         return due + UNKNOWN_LATENESS, "LMS: LATE, time unknown: 1 s after the due date"
     if claim.late is False:
         return None, "LMS: on time"
@@ -482,7 +498,7 @@ def open_source(source: Path, stack) -> Iterator[Member | Skipped]:
     if source.is_file():
         try:
             zf = stack.enter_context(zipfile.ZipFile(source))
-        except (zipfile.BadZipFile, OSError) as err:
+        except READ_ERRORS as err:
             raise SourceError(f"{shown(str(source))} is not a readable zip file ({err})") from None
         return zip_members(zf)
     raise FileNotFoundError(f"{shown(str(source))} is neither a folder nor a zip file")
@@ -501,12 +517,18 @@ def gradebook_students(course: Course) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def remember_lms_ids(course: Course, lms_of: dict[str, str], names: dict[str, str]) -> None:
-    """Keep each student's LMS user id (and the roster's name) in nbgrader's gradebook."""
+    """Keep each student's LMS user id (and the roster's name) in nbgrader's gradebook; an LMS id the roster
+    moved to another student is taken from the one that held it."""
     from autograder.late import gradebook
 
     if not lms_of:
         return
     with gradebook(course) as gb:
+        holders = {s.lms_user_id: s for s in gb.students if s.lms_user_id}
+        for sid, lms in lms_of.items():
+            if lms in holders and holders[lms].id != sid:
+                holders[lms].lms_user_id = None
+        gb.db.commit()
         for sid, lms in lms_of.items():
             extra = {"last_name": names[lms]} if lms in names else {}
             gb.update_or_create_student(sid, lms_user_id=lms, **extra)
@@ -587,6 +609,9 @@ def collect(
                 continue
             stamp = exchange_stamp(claim, by_parts) if rules.exchange_timestamps else None
             when, origin = hand_in_time(sid, claim, stamp, due, rules)
+            if claim.late and when is None:
+                why = f"marked LATE by the LMS, but {aid} has no due date: set it (`deadline`), then collect again"
+                found.problems.append(Problem(claim.member.parts[0], lms, sid, why))
             if when is not None:
                 write_timestamp(target.parent, when)
                 found.times[sid] = when

@@ -124,9 +124,11 @@ def test_two_canvas_students_with_one_name_both_keep_their_hand_in_until_a_roste
         "john two",
         "ann",
     )
-    assert {k: v for k, v in lms_ids(course).items() if k.startswith("jsmith")} == {
+    assert {k: v for k, v in lms_ids(course).items() if "smith" in k} == {
         "jsmith": "1001",
         "jsmith2": "1002",
+        "smithjohn_1001": None,  # the roster moved the LMS ids: a later download finds jsmith and jsmith2
+        "smithjohn_1002": None,
     }
 
 
@@ -168,14 +170,17 @@ def test_a_name_in_any_script_is_an_id_and_a_name_that_is_none_keeps_the_user_id
             "\u0434\u043c\u0438\u0442\u0440\u0438\u0439_1015_2_T1.ipynb": notebook("dmitry"),
             "\u092e\u0940\u0930\u093e_1016_3_T1.ipynb": notebook("mira"),  # Devanagari: a vowel sign (a mark)
             "-dash_1017_4_T1.ipynb": notebook("dash"),  # not an id: it begins with a dash
+            "XXse_1018_5_T1.ipynb": notebook("åse"),
         },
     )
+    # UTF-8 stored without the zip's UTF-8 flag, as Canvas's zip library writes names
+    patch_member(archive, "XXse", None, new_name="\u00e5se".encode())
     code, out = run_collect(course, capsys, archive)
     assert code == 1
     assert whose(course, "m\u00fcller") == "müller"  # NFC
     assert whose(course, "\u0434\u043c\u0438\u0442\u0440\u0438\u0439") == "dmitry"
     assert whose(course, "\u092e\u0940\u0930\u093e") == "mira"
-    assert whose(course, "lms_1017") == "dash"
+    assert whose(course, "lms_1017") == "dash" and whose(course, "\u00e5se") == "åse"
     assert re.search(
         r"1017\s+lms_1017\s+'-dash' is no usable student id; collected with its LMS user id", out
     )
@@ -312,10 +317,18 @@ def test_a_canvas_download_gives_the_lms_verdict_and_never_the_zips_times(course
     assert "2 LMS: LATE" in out and "2 LMS: on time" in out
 
 
+def test_a_late_mark_with_no_due_date_to_be_late_against_is_listed_to_resolve(course, tmp_path, capsys):
+    archive = make_zip(tmp_path / "canvas.zip", {"tardy_LATE_3002_2_T2.ipynb": notebook("late")})
+    code = cli.main(["--course", str(course.root), "collect", "T2", str(archive)])  # T2 has no due date
+    out = capsys.readouterr().out
+    assert code == 1 and course.submission("T2", "tardy").is_file()
+    assert "marked LATE by the LMS, but T2 has no due date: set it (`deadline`), then collect again" in out
+
+
 # ------------------------------------------------------------------------------------------ finding 6
 
 
-def with_declared_size(archive: Path, name: str, size: int | None, new_name: bytes | None = None) -> None:
+def patch_member(archive: Path, name: str, size: int | None, new_name: bytes | None = None) -> None:
     """Rewrite ``name``'s uncompressed size (a stored member), or its name (as long), in the zip's local and
     central headers, as a hand-made zip could have them."""
     data = bytearray(archive.read_bytes())
@@ -347,8 +360,8 @@ def test_one_bad_member_costs_one_student(course, tmp_path, capsys):
         zf.writestr(link, "/etc/passwd")
         zf.writestr("../../outside.ipynb", notebook("outside"))
         zf.writestr("erin.ipynb", notebook("erin"))
-    with_declared_size(archive, "liar.ipynb", 10)
-    with_declared_size(archive, "Z", None, new_name=b"\x00")
+    patch_member(archive, "liar.ipynb", 10)
+    patch_member(archive, "Z", None, new_name=b"\x00")
 
     code, out = run_collect(course, capsys, archive)
     assert code == 1 and "Traceback" not in out
