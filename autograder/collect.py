@@ -221,16 +221,7 @@ def open_no_follow(path: str) -> BinaryIO:
 
 
 # What reading one member of a damaged or hostile zip can raise: each costs that member only.
-READ_ERRORS = (
-    OSError,
-    ValueError,
-    RuntimeError,
-    NotImplementedError,
-    EOFError,
-    zipfile.BadZipFile,
-    zlib.error,
-)
-READ_ERRORS += (lzma.LZMAError,)
+READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile, zlib.error, lzma.LZMAError)
 
 
 def read_capped(member: Member, cap: int) -> bytes:
@@ -258,6 +249,11 @@ class Claim:
     late: bool | None  # the LMS's verdict, where the name it wrote carries one
     attachment: int  # the LMS's upload number (later uploads have larger ones), -1 where there is none
     own_name: str  # the name the student gave the file
+
+    @property
+    def key(self) -> tuple[bool, str]:
+        """One student of the source: an LMS user id and a folder of the same name are two."""
+        return self.is_lms_user, self.lms_id
 
 
 def claims_of(members: list[Member], pattern: re.Pattern) -> tuple[list[Claim], list[str]]:
@@ -353,49 +349,53 @@ class Problem:
 
 
 def assign_ids(
-    chosen: dict[str, Claim], roster: Roster, known: dict[str, str], taken: dict[str, str]
-) -> tuple[dict[str, str], list[Problem]]:
-    """LMS id -> student id for each student of this source, and what is left to resolve. ``known``: LMS user id
-    -> the id the gradebook gave it; ``taken``: the gradebook's students, same-id key -> their LMS user id."""
-    ids: dict[str, str] = {}
-    owner: dict[str, str] = {}  # same-id key -> the LMS id holding it in this run
+    chosen: dict[tuple[bool, str], Claim], roster: Roster, known: dict[str, str], taken: dict[str, str]
+) -> tuple[dict[tuple[bool, str], str], list[Problem]]:
+    """Student id for each student of this source (keyed by :attr:`Claim.key`), and what is left to resolve.
+    ``known``: LMS user id -> the id the gradebook gave it; ``taken``: the gradebook's students, same-id key ->
+    their LMS user id ("" for none)."""
+    ids: dict[tuple[bool, str], str] = {}
+    owner: dict[str, tuple[bool, str]] = {}  # same-id key -> the student holding it in this run
     problems: list[Problem] = []
 
-    def give(lms: str, sid: str) -> bool:
-        if owner.get(same_id(sid), lms) != lms:
+    def give(key: tuple[bool, str], sid: str) -> bool:
+        if owner.get(same_id(sid), key) != key:
             return False
-        ids[lms], owner[same_id(sid)] = sid, lms
+        ids[key], owner[same_id(sid)] = sid, key
         return True
 
-    for lms in chosen:  # the instructor's word first, then what the gradebook already knows
-        if lms in roster.ids:
-            give(lms, roster.ids[lms])
-    for lms, claim in chosen.items():
-        if lms not in ids and claim.is_lms_user and lms in known:
-            give(lms, known[lms])
-    by_name: dict[str, list[str]] = {}
-    for lms, claim in chosen.items():
-        if lms not in ids:
+    for key, claim in chosen.items():  # the instructor's word first, then what the gradebook already knows
+        if claim.lms_id in roster.ids:
+            give(key, roster.ids[claim.lms_id])
+    for key, claim in chosen.items():
+        if key not in ids and claim.is_lms_user and claim.lms_id in known:
+            give(key, known[claim.lms_id])
+    by_name: dict[str, list[tuple[bool, str]]] = {}
+    for key, claim in chosen.items():
+        if key not in ids:
             sid = student_id(claim.name)
-            by_name.setdefault(same_id(sid) if sid else "", []).append(lms)
-    for key, group in by_name.items():
-        for lms in group:
-            claim, sid = chosen[lms], student_id(chosen[lms].name)
-            elsewhere = taken.get(key, "") not in ("", lms)  # a gradebook student of another LMS user
-            if sid is not None and len(group) == 1 and not elsewhere and give(lms, sid):
+            by_name.setdefault(same_id(sid) if sid else "", []).append(key)
+    for name_key, group in by_name.items():
+        for key in group:
+            claim, sid = chosen[key], student_id(chosen[key].name)
+            lms = claim.lms_id
+            # an LMS user whose name is a gradebook student's of another LMS user; a folder or file name is the
+            # instructor's own and means the gradebook's student of that id
+            elsewhere = claim.is_lms_user and taken.get(name_key, "") not in ("", lms)
+            if sid is not None and len(group) == 1 and not elsewhere and give(key, sid):
                 continue
             if sid is None:
                 why = f"'{claim.name}' is no usable student id"
             elif len(group) > 1:
                 why = f"{sid} is the name of {len(group)} students in this download"
             elif elsewhere:
-                why = f"{sid} is the id of LMS user {taken[key]} in the gradebook"
+                why = f"{sid} is the id of LMS user {taken[name_key]} in the gradebook"
             else:
                 why = f"{sid} is the id of another student in this download"
-            fallback = student_id(f"{sid}_{lms}") if sid and claim.is_lms_user else None
-            if claim.is_lms_user and (give(lms, fallback) if fallback else give(lms, f"lms_{lms}")):
+            fallback = (student_id(f"{sid}_{lms}") if sid else None) or f"lms_{lms}"
+            if claim.is_lms_user and give(key, fallback):
                 problems.append(
-                    Problem(claim.member.parts[0], lms, ids[lms], why + "; collected with its LMS user id")
+                    Problem(claim.member.parts[0], lms, ids[key], why + "; collected with its LMS user id")
                 )
             else:
                 problems.append(Problem(claim.member.parts[0], lms, "", why + ": not collected"))
@@ -579,23 +579,25 @@ def collect(
         by_parts = {m.parts: m for m in members}
         claims, notes = claims_of(members, regex)
         found.info += notes
-        per_student: dict[str, list[Claim]] = {}
+        per_student: dict[tuple[bool, str], list[Claim]] = {}
         for claim in claims:
-            per_student.setdefault(claim.lms_id, []).append(claim)
-        chosen: dict[str, Claim] = {}
-        for lms, group in per_student.items():
+            per_student.setdefault(claim.key, []).append(claim)
+        chosen: dict[tuple[bool, str], Claim] = {}
+        for key, group in per_student.items():
             group.sort(key=lambda c: preference(c, aid))
-            chosen[lms] = group[0]
+            chosen[key] = group[0]
             if len(group) > 1:
                 others = ", ".join(c.member.name for c in group[1:])
-                found.info.append(f"{lms}: several notebooks; took {group[0].member.name}, ignored {others}")
+                found.info.append(
+                    f"{key[1]}: several notebooks; took {group[0].member.name}, ignored {others}"
+                )
         known, taken = gradebook_students(course)
         ids, unresolved = assign_ids(chosen, roster, known, taken)
         found.problems += unresolved
         due = deadlines(course, aid).due
         budget, lms_of = MAX_TOTAL_BYTES, {}
-        for lms, claim in sorted(chosen.items(), key=lambda kv: ids.get(kv[0], "")):
-            sid = ids.get(lms)
+        for key, claim in sorted(chosen.items(), key=lambda kv: ids.get(kv[0], "")):
+            sid, lms = ids.get(key), claim.lms_id
             if sid is None:
                 continue
             target = course.submission(aid, sid)

@@ -148,6 +148,15 @@ def test_a_later_download_keeps_the_id_the_gradebook_holds_for_an_lms_user(cours
     assert (whose(course, "doejane"), whose(course, "doejane_2002")) == ("jane again", "other jane")
     assert "doejane is the id of LMS user 2001 in the gradebook" in out
 
+    # a folder the instructor's export named is that gradebook student; a file named like a user id is not the user
+    inbox = tmp_path / "inbox"
+    (inbox / "doejane").mkdir(parents=True)
+    (inbox / "doejane" / "T1.ipynb").write_text(notebook("jane by folder"))
+    (inbox / "2002.ipynb").write_text(notebook("a file named 2002"))
+    found = collect(course, "T1", inbox)
+    assert found.problems == [] and whose(course, "doejane") == "jane by folder"
+    assert whose(course, "2002") == "a file named 2002" and whose(course, "doejane_2002") == "other jane"
+
 
 def test_a_roster_that_gives_one_id_twice_is_refused(tmp_path):
     roster = tmp_path / "roster.csv"
