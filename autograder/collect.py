@@ -687,7 +687,7 @@ def summary(found: Collected, aid: str) -> list[str]:
         lines += ["  " + line for line in handin_table(found)]
     if found.problems:
         lines.append(
-            f"{len(found.problems)} to resolve (everyone else was collected); to choose ids, collect again with "
+            f"{len(found.problems)} to resolve (the rest were collected as usual); to choose ids, collect again with "
             "--roster FILE, a CSV with the header lms_id,student_id,name:"
         )
         lines += ["  " + line for line in problem_table(found)]

@@ -302,6 +302,11 @@ def test_in_a_folder_upload_a_students_file_names_say_nothing_about_who_or_when(
     assert sources["victim2"] == "instructor (--received)"
     assert sources["carol"] == "exchange timestamp.txt (--exchange-timestamps)"
     assert sources["eve"] == "instructor (--received for everyone)"
+    assert cli.main(["--course", str(course.root), "collect", "T1", str(inbox), "--received", "soon"]) == 2
+    assert (
+        cli.main(["--course", str(course.root), "collect", "T1", str(inbox), "--received", "a\nb=2026-12-01"])
+        == 2
+    )
 
 
 def test_a_canvas_download_gives_the_lms_verdict_and_never_the_zips_times(course, tmp_path, capsys):
