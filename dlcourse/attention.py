@@ -121,7 +121,9 @@ def python_docs_text(modules: Iterable[str] = DOC_MODULES, max_chars: int | None
     parts: list[str] = []
 
     def add(obj) -> None:
-        doc = inspect.getdoc(obj)
+        # The object's own docstring: inspect.getdoc would borrow a missing one from base classes, where
+        # another library may have put its own (TensorFlow does, on collections.abc).
+        doc = inspect.cleandoc(obj.__doc__) if isinstance(obj.__doc__, str) else None
         if doc and doc not in seen:
             seen.add(doc)
             parts.append(doc)
@@ -129,10 +131,12 @@ def python_docs_text(modules: Iterable[str] = DOC_MODULES, max_chars: int | None
     for name in modules:
         module = importlib.import_module(name)
         add(module)
-        for attribute in sorted(vars(module)):
+        # The public names the module declares: what else sits in its namespace can depend on what the
+        # program imported before (another module may add a name to it), and the text must not.
+        for attribute in sorted(getattr(module, "__all__", None) or vars(module)):
             if attribute.startswith("_"):
                 continue
-            member = getattr(module, attribute)
+            member = getattr(module, attribute, None)
             if getattr(member, "__module__", None) != module.__name__:
                 continue
             if inspect.isclass(member) or inspect.isfunction(member):
