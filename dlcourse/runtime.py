@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from importlib import metadata
+from pathlib import Path
 
 from dlcourse._lazy import optional
 
@@ -20,10 +22,14 @@ def in_colab() -> bool:
     return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 
 
-# The release the notebooks install: this package's version (pyproject.toml and dlcourse.__version__
-# carry the same number, tests/test_project.py checks it) and the GitHub release that holds its wheel.
+# The release the notebooks install and the repository they open from, in one place: this package's version
+# (pyproject.toml and dlcourse.__version__ carry the same number, tests/test_project.py checks it) and the
+# GitHub repository, owner/name, whose release v<VERSION> holds its wheel (a fork sets its own). The set-up
+# cell below and the README's Colab links are made from these two; `python -m dlcourse.runtime` rewrites
+# every copy of them in the repository after a change (the tests fail until it has run).
 VERSION = "0.1.0"
-RELEASES = "https://github.com/dlcourse-org/dlcourse/releases/download"
+HOME = "dlcourse-org/dlcourse"
+RELEASES = f"https://github.com/{HOME}/releases/download"
 WHEEL = f"dlcourse-{VERSION}-py3-none-any.whl"
 
 # The set-up cell that opens every notebook, word for word (tests/test_project.py checks it).
@@ -48,6 +54,45 @@ except ModuleNotFoundError as err:
     ) from err
 
 dlcourse.banner()"""
+
+
+def colab_url(path: str) -> str:
+    """The Colab link that opens ``path`` (relative to the repository root) as it is at the tag v<VERSION>."""
+    return f"https://colab.research.google.com/github/{HOME}/blob/v{VERSION}/{path}"
+
+
+_COLAB_LINK = re.compile(
+    r"https://colab\.research\.google\.com/github/[^/\s)]+/[^/\s)]+/blob/[^/\s)]+/([^\s)]+)"
+)
+
+
+def sync_release_references(root: Path, write: bool = True) -> list[Path]:
+    """Make the README's Colab links and the set-up cell of every lecture and assignment source under ``root``
+    (a checkout of the repository) name VERSION and HOME. Returns the files that differed (and, with ``write``,
+    were rewritten). The releases in assignments/ and the samples follow with
+    ``python -m autograder check <AID> --update``."""
+    import nbformat
+
+    changed = []
+    readme = root / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    synced = _COLAB_LINK.sub(lambda link: colab_url(link.group(1)), text)
+    if synced != text:
+        changed.append(readme)
+        if write:
+            readme.write_text(synced, encoding="utf-8")
+    for path in sorted(root.glob("lectures/*.ipynb")) + sorted(root.glob("source/*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        first = nb.cells[0] if nb.cells else None
+        is_setup = (
+            first is not None and first.cell_type == "code" and first.source.startswith(SETUP_CELL[:40])
+        )
+        if is_setup and first.source != SETUP_CELL:
+            changed.append(path)
+            if write:
+                first.source = SETUP_CELL
+                nbformat.write(nb, path)
+    return changed
 
 
 def installed_version(*distributions: str) -> str | None:
@@ -107,3 +152,8 @@ def banner_text() -> str:
 def banner() -> None:
     """Print the versions of Python, numpy, torch and TensorFlow, and the GPU status."""
     print(banner_text())
+
+
+if __name__ == "__main__":
+    for changed_path in sync_release_references(Path(__file__).resolve().parents[1]):
+        print(f"rewrote {changed_path}")

@@ -14,7 +14,15 @@ import nbformat
 import pytest
 
 import dlcourse
-from dlcourse.runtime import PACKAGE_SPEC, SETUP_CELL, VERSION, WHEEL
+from dlcourse.runtime import (
+    HOME,
+    PACKAGE_SPEC,
+    SETUP_CELL,
+    VERSION,
+    WHEEL,
+    colab_url,
+    sync_release_references,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^\s*-?\s*([A-Za-z0-9_.\-\[\]]+)==([^\s#]+)")
@@ -89,8 +97,49 @@ def test_set_up_cell_installs_the_release_wheel_of_this_version():
         "bump pyproject.toml, dlcourse.__version__ and runtime.VERSION together"
     )
     assert WHEEL == f"dlcourse-{version}-py3-none-any.whl"
-    assert PACKAGE_SPEC == f"https://github.com/dlcourse-org/dlcourse/releases/download/v{version}/{WHEEL}"
+    assert PACKAGE_SPEC == f"https://github.com/{HOME}/releases/download/v{version}/{WHEEL}"
     assert f"'DLCOURSE_PIP', '{PACKAGE_SPEC}'" in SETUP_CELL  # still overridable, for forks and the tests
+
+
+def test_colab_links_and_the_homepage_name_this_version_and_home():
+    """The README's Colab links open this version's tag of HOME, the one place that names both."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"https://colab\.research\.google\.com/github/[^\s)]+", readme)
+    assert len(links) >= 20, "the README lists every lecture and assignment with its Colab link"
+    for link in links:
+        path = link.split("/blob/", 1)[1].split("/", 1)[1]
+        assert link == colab_url(path), f"{link}: run `python -m dlcourse.runtime`"
+        assert (ROOT / path).is_file(), f"{link} opens a file that is not in the repository"
+    homepage = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Homepage"]
+    assert homepage == f"https://github.com/{HOME}"
+    assert sync_release_references(ROOT, write=False) == []
+
+
+def test_a_release_bump_rewrites_every_stale_link_and_set_up_cell(tmp_path):
+    stale_cell = SETUP_CELL.replace(
+        PACKAGE_SPEC, "https://github.com/someone/fork/releases/download/v0.0.1/x.whl"
+    )
+    (tmp_path / "README.md").write_text(
+        "| 1 | set-up | [open](https://colab.research.google.com/github/someone/fork/blob/v0.0.1/lectures/01_setup.ipynb) |\n"
+    )
+    (tmp_path / "lectures").mkdir()
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(stale_cell), nbformat.v4.new_code_cell("x = 1")]
+    )
+    nbformat.write(nb, tmp_path / "lectures" / "01_setup.ipynb")
+    other = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("import torch")]
+    )  # no set-up cell: left alone
+    nbformat.write(other, tmp_path / "lectures" / "02_other.ipynb")
+    changed = sync_release_references(tmp_path)
+    assert changed == [tmp_path / "README.md", tmp_path / "lectures" / "01_setup.ipynb"]
+    assert colab_url("lectures/01_setup.ipynb") in (tmp_path / "README.md").read_text()
+    assert nbformat.read(tmp_path / "lectures" / "01_setup.ipynb", as_version=4).cells[0].source == SETUP_CELL
+    assert (
+        nbformat.read(tmp_path / "lectures" / "02_other.ipynb", as_version=4).cells[0].source
+        == "import torch"
+    )
+    assert sync_release_references(tmp_path) == []
 
 
 def test_release_workflow_attaches_the_wheel_to_the_tag():
