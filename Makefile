@@ -24,7 +24,7 @@ demo: setup
 ## lab: open JupyterLab on the course
 lab: setup
 	@mkdir -p .grading/exchange
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+	JUPYTER_CONFIG_PATH=$(CURDIR) $(VENV)/bin/jupyter lab --notebook-dir=.  # jupyter_server_config.py: the course's content-security policy
 
 ## test: lint, then the whole test suite on two workers (one BLAS thread each, for speed only: grades do not depend on it)
 test: setup

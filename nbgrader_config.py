@@ -49,5 +49,13 @@ try:
         *Autograde.class_traits()["sanitize_preprocessors"].default(),
         RequireReference,
     ]
+    # What formgrader shows of a student's notebook runs and loads nothing the student wrote: nbgrader's own
+    # autograde writes autograded/ sanitised, as `python -m autograder grade` does (autograder/sanitize.py)
+    from autograder.sanitize import SanitizeForFormgrader
+
+    *before, last = Autograde.class_traits()["autograde_preprocessors"].default()
+    c.Autograde.autograde_preprocessors = [*before, SanitizeForFormgrader, last]
 except ImportError:  # nbgrader without this course's package: its hidden tests cannot be graded
     pass
+# Formgrader's pages sanitise the HTML of outputs too (nbconvert's allowlist), as a second wall.
+c.HTMLExporter.sanitize_html = True

@@ -16,6 +16,7 @@ from autograder.course import Course, is_solution, nbgrader_meta
 from autograder.late import Late, late_penalties
 from autograder.record import load_results, with_manual_grades
 from autograder.result import Result
+from autograder.sanitize import PAGE_CSP_META
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
@@ -107,7 +108,7 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None) -
         f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
         for gid, code, out in _answers(course, aid, sid)
     )
-    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: feedback for {e(sid)}</title>
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(aid)}: feedback for {e(sid)}</title>
 <style>{STYLE}</style></head><body>
 <h1>{e(aid)}: {e(score)}</h1>
 <p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>

@@ -18,6 +18,7 @@ from urllib.parse import quote
 from autograder.course import Course
 from autograder.record import load_results, with_manual_grades
 from autograder.result import Result
+from autograder.sanitize import PAGE_CSP_META
 
 
 def pass_rates(rows: list[Result]) -> dict[str, tuple[int, int]]:
@@ -195,7 +196,7 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
     scores = [r.score for r in rows]
     mean = f"{sum(scores) / len(scores):.1f} / {rows[0].max_score:g}" if rows else "none"
     image = base64.b64encode(png).decode("ascii")
-    return f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>{e(aid)}: class report</title>
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(aid)}: class report</title>
 <style>{STYLE}</style></head><body>
 <h1>{e(aid)}: class report</h1>
 <p>{len(rows)} submission(s) graded, mean score {mean}; {len(errors)} not graded because of a grader error.</p>

@@ -49,6 +49,7 @@ from copydetect.utils import filter_code, hashed_kgrams, highlight_overlap
 from autograder.course import Course, is_solution, nbgrader_meta
 from autograder.export import write_csv
 from autograder.repair import repair
+from autograder.sanitize import PAGE_CSP_META
 
 NOISE = defaults.NOISE_THRESHOLD  # shortest run of normalised characters that counts as shared (k)
 WINDOW = defaults.GUARANTEE_THRESHOLD - NOISE + 1  # runs this long are always found
@@ -475,7 +476,7 @@ def render(result: Similarity) -> str:
     png = histogram_png([p.score for p in result.pairs], result.threshold) if result.pairs else ""
     more = len(result.flagged) - len(shown) if len(result.flagged) > len(shown) else 0
     return f"""<!DOCTYPE html><html><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{PAGE_CSP}">
+{PAGE_CSP_META}
 <title>{e(result.aid)}: similar submissions</title>
 <style>{STYLE}</style></head><body>
 <h1>{e(result.aid)}: similar submissions</h1>
@@ -497,10 +498,6 @@ with a notebook of the archive of earlier terms.</p>
 <h2>Shared code</h2>{"".join(details)}
 {f"<h2>Code that matches a published solution or the archive</h2>{''.join(match_details)}" if match_details else ""}
 </body></html>"""
-
-
-# The page is the grader's own: scripts and remote resources are never loaded (the histogram is inline).
-PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 
 def write_similarity(

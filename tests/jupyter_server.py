@@ -64,6 +64,7 @@ def copy_course(target: Path) -> Path:
     """The parts of the course a person opens in JupyterLab: lectures, sources, releases, nbgrader config."""
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "nbgrader_config.py", target)
+    shutil.copy(ROOT / "jupyter_server_config.py", target)  # the course's content-security policy
     ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
     for name in ("lectures", "source", "assignments"):
         if (ROOT / name).is_dir():
@@ -103,6 +104,7 @@ class JupyterLab:
             JUPYTER_RUNTIME_DIR=str(self.state / "jupyter-runtime"),
             IPYTHONDIR=str(self.state / "ipython"),
             DLCOURSE_EXCHANGE=str(self.state / "exchange"),  # formgrader needs a writable exchange
+            JUPYTER_CONFIG_PATH=str(self.root),  # the course's jupyter_server_config.py, as `make lab` reads it
         )
         (self.state / "exchange").mkdir(parents=True, exist_ok=True)
         return env
