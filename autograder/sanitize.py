@@ -31,6 +31,7 @@ import nbformat
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbconvert.preprocessors import Preprocessor
 from nbconvert.preprocessors.sanitize import SanitizeHTML
+from traitlets import Bool
 
 # The grader's own HTML pages: no script, no remote resource, no form; inline styles and data: images only.
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -177,6 +178,8 @@ def sanitize_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 class SanitizeForFormgrader(Preprocessor):
     """nbgrader's own autograde (and formgrader's Autograde button) writes ``autograded/`` through this
     too (``nbgrader_config.py``): the notebook formgrader opens is sanitised whichever grader made it."""
+
+    enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off unless enabled
 
     def preprocess(self, nb, resources):
         return sanitize_notebook(nb), resources

@@ -282,6 +282,20 @@ def test_the_grader_writes_autograded_notebooks_with_nothing_live(graded, tracke
     assert "__pwned_script" in nbformat.writes(executed)  # the answer is there, as text
 
 
+@pytest.mark.slow
+def test_nbgraders_own_autograde_writes_autograded_notebooks_with_nothing_live(graded, tracker):
+    from autograder.release import run_nbgrader
+
+    submitted = nbformat.read(str(graded.submission(AID, "mallory")), as_version=4)
+    path = graded.submission(AID, "nbg")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(submitted, str(path))
+    run_nbgrader(graded, "autograde", AID, "--student=nbg", "--log-level=WARN")  # the reference grade() built
+    executed = nbformat.read(str(graded.executed(AID, "nbg")), as_version=4)
+    assert "__pwned_js_output" in nbformat.writes(executed)  # the code cell ran: its outputs are there
+    assert live_payloads(formgrader_html(executed), tracker.url) == set()
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("sid", ["mallory", "eve"])
 def test_formgrader_opens_a_hostile_written_answer_and_runs_and_loads_nothing(
