@@ -116,7 +116,7 @@ def run_canary(
         path = folder / f"{name}.ipynb"
         nbformat.write(nb, str(path))
         jobs.append(
-            Job(str(course.root), str(course.work), aid, name, limits, frameworks_used(course, aid), isolation,
+            Job(course, aid, name, limits, frameworks_used(course, aid), isolation,
                 course.private_folders(), str(path), str(reference.compile_cache or ""))
         )  # fmt: skip
     results: dict[str, Result] = {}

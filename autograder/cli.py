@@ -176,10 +176,11 @@ def cmd_extension(args) -> int:
 def cmd_report(args) -> int:
     from autograder.report import page_path, write_report
 
-    text, png = write_report(args.course, args.aid, Path(args.out))
+    out = Path(args.out) if args.out else args.course.root / "reports"  # the course's, wherever we are
+    text, png = write_report(args.course, args.aid, out)
     print(text)
     print(f"histogram: {png}")
-    print(f"class report: {page_path(Path(args.out), args.aid)}")
+    print(f"class report: {page_path(out, args.aid)}")
     return 0
 
 
@@ -195,9 +196,11 @@ def cmd_similarity(args) -> int:
 
     threshold = THRESHOLD if args.threshold is None else args.threshold
     print(f"flagging pairs with a similarity of {threshold:g} or more (--threshold to change)")
-    result, page, table = write_similarity(args.course, args.aid, threshold)
+    result, page, table = write_similarity(args.course, args.aid, threshold, archive=args.archive)
     for pair in result.flagged:
         print(f"! {pair.first} & {pair.second}: {pair.score:.2f}")
+    for match in result.flagged_references:
+        print(f"! {match.first}: {match.reaches()}")
     print(f"{len(result.flagged)} of {len(result.pairs)} pairs flagged; report: {page}; all pairs: {table}")
     return 0
 
@@ -360,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="pass rate per test and a score histogram")
     p.add_argument("aid")
-    p.add_argument("--out", default="reports")
+    p.add_argument("--out", help="folder for the page (default: the course's reports/)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -368,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("aid")
     p.add_argument("--threshold", type=float, help="flag pairs at or above this similarity (default 0.5)")
+    p.add_argument(
+        "--archive", type=Path, help="a folder of earlier terms' notebooks to compare every submission with"
+    )
     p.set_defaults(func=cmd_similarity)
 
     p = sub.add_parser("gradescope", help="build a Gradescope autograder zip")
@@ -411,8 +417,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+NEEDS_LINUX = (
+    "runs students' code, and its sandbox is made of Linux namespaces and resource limits, which this "
+    "system ({platform}) does not have. Grade on Linux: a Linux machine or server, a Linux virtual machine, "
+    "WSL 2 on Windows, or a Linux container with this repository inside (docker run --privileged, or "
+    "with bubblewrap installed). Everything else (release, collect, feedback, export, report) works here."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.func in (cmd_grade, cmd_run, cmd_regrade, cmd_demo, cmd_reference, cmd_doctor) and (
+        sys.platform != "linux"
+    ):
+        print(f"error: `{args.command}` " + NEEDS_LINUX.format(platform=sys.platform), file=sys.stderr)
+        return 2
     args.course = Course(root=args.course.resolve()) if args.course else Course()
     try:
         return args.func(args)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import replace
 from pathlib import Path
 
 from autograder.course import Course
-from autograder.late import Late, format_utc, late_penalties, record_in_gradebook
+from autograder.gradesheet import Line, gradesheet, total
+from autograder.late import format_utc, record_in_gradebook
 from autograder.record import load_results, with_manual_grades
 from autograder.release import run_nbgrader
 from autograder.result import Result
@@ -37,29 +37,18 @@ def write_csv(target: Path, header: list[str], rows: list[list[str]]) -> Path:
     return target
 
 
-def total(r: Result) -> Result:
-    """The result with the written answers' manual points (given so far) in its score and maximum: what
-    is exported and what a late penalty is taken from."""
-    return replace(r, score=r.total_score, max_score=r.total_max) if r.written else r
-
-
 def graded_results(course: Course, aid: str) -> list[Result]:
     """Every stored result of ``aid``, with the manual scores the gradebook holds now."""
     return with_manual_grades(course, aid, load_results(course, aid))
 
 
-def final_score(r: Result, late: Late | None) -> str:
-    """The score as exported: empty for a grader error, else less the late penalty (if any)."""
-    return total(r).exported_score() if late is None or late.final is None else f"{late.final:g}"
-
-
-def result_row(r: Result, late: Late | None = None) -> list[str]:
+def result_row(line: Line) -> list[str]:
     """The columns of :data:`RESULT_COLUMNS`, the flags, those of :data:`WRITTEN_COLUMNS`, then those of
-    :data:`LATE_COLUMNS`; ``late`` as assessed on :func:`total`."""
-    whole = total(r)
-    penalty = "" if late is None or r.is_error else f"{late.penalty:g}"
-    times = [format_utc(late.submitted), format_utc(late.due)] if late else ["", ""]
-    row = [r.student_id, final_score(r, late), f"{whole.max_score:g}", r.status, r.reason, "; ".join(r.flags)]
+    :data:`LATE_COLUMNS`, from the student's line of the gradesheet."""
+    r, late, whole = line.result, line.late, line.raw
+    penalty = "" if r.is_error else f"{late.penalty:g}"
+    times = [format_utc(late.submitted), format_utc(late.due)]
+    row = [r.student_id, line.final, f"{whole.max_score:g}", r.status, r.reason, "; ".join(r.flags)]
     if r.written and not r.is_error:
         written = [r.exported_score(), f"{r.max_score:g}", f"{r.written_score:g}", f"{r.written_max:g}"]
         written.append(r.manual_grading())
@@ -73,10 +62,8 @@ def write_results_csv(course: Course, aid: str, target: Path) -> Path:
     written_max,manual_grading,raw_score,late_submission_penalty,timestamp,duedate``: one row per
     submission, whatever happened to it (a grader error has empty scores); ``score`` is final, over the
     autograded and the manually graded points."""
-    results = graded_results(course, aid)
-    lates = late_penalties(course, aid, [total(r) for r in results])
     header = [*RESULT_COLUMNS, "flags", *WRITTEN_COLUMNS, *LATE_COLUMNS]
-    return write_csv(target, header, [result_row(r, lates[r.student_id]) for r in results])
+    return write_csv(target, header, [result_row(line) for line in gradesheet(course, aid).values()])
 
 
 def awaiting_manual_grading(course: Course, aids: list[str] | None = None) -> dict[str, list[str]]:
@@ -131,10 +118,8 @@ def export_canvas(
     header = CANVAS_STUDENT_COLUMNS + [canvas_column(aid, canvas_ids.get(aid)) for aid in aids]
     table: dict[str, dict[str, str]] = {}
     for aid in aids:
-        results = graded_results(course, aid)
-        lates = late_penalties(course, aid, [total(r) for r in results])
-        for r in results:
-            table.setdefault(r.student_id, {})[aid] = final_score(r, lates[r.student_id])
+        for sid, line in gradesheet(course, aid).items():
+            table.setdefault(sid, {})[aid] = line.final
     people = canvas_students(course)
     rows = []
     for sid in sorted(table):

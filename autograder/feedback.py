@@ -7,14 +7,13 @@ gradebook when the page is written, so writing it again after manual grading sho
 from __future__ import annotations
 
 import html
-from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 
 from autograder.course import Course, is_solution, nbgrader_meta
-from autograder.late import Late, late_penalties
-from autograder.record import load_results, with_manual_grades
+from autograder.gradesheet import gradesheet
+from autograder.late import Late
 from autograder.result import Result
 from autograder.sanitize import PAGE_CSP_META
 
@@ -47,11 +46,6 @@ def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
                     texts.append(out["data"]["text/plain"])
             answers.append((nbgrader_meta(cell).get("grade_id"), cell.source, "".join(texts)[:5000]))
     return answers
-
-
-def total(result: Result) -> Result:
-    """The result as its late penalty sees it: autograded points and the manual points given so far."""
-    return replace(result, score=result.total_score, max_score=result.total_max) if result.written else result
 
 
 def render(course: Course, aid: str, result: Result, late: Late | None = None) -> str:
@@ -125,9 +119,9 @@ def write_feedback(
 ) -> list[Path]:
     """Write ``feedback/<student>/<aid>/<aid>.html`` (or into ``out_dir``) for every graded student (or
     only ``students``)."""
-    written, results = [], with_manual_grades(course, aid, load_results(course, aid))
-    lates = late_penalties(course, aid, [total(r) for r in results])
-    for result in results:
+    written, sheet = [], gradesheet(course, aid)
+    for line in sheet.values():
+        result = line.result
         if students is not None and result.student_id not in students:
             continue
         if out_dir is None:
@@ -135,6 +129,6 @@ def write_feedback(
         else:
             target = Path(out_dir) / f"{result.student_id}.html"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render(course, aid, result, lates[result.student_id]), encoding="utf-8")
+        target.write_text(render(course, aid, result, line.late), encoding="utf-8")
         written.append(target)
     return written

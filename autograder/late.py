@@ -329,20 +329,20 @@ def record_in_gradebook(course: Course, aid: str) -> int:
     ``nbgrader export`` read them. Returns how many submissions were updated."""
     from nbgrader.api import MissingEntry
 
-    from autograder.record import load_results
+    from autograder.gradesheet import gradesheet
 
-    results = [r for r in load_results(course, aid) if not r.is_error]
-    book = open_gradebook(course) if results else None
+    lines = [line for line in gradesheet(course, aid).values() if not line.result.is_error]
+    book = open_gradebook(course) if lines else None
     if book is None:
         return 0
-    lates, updated = late_penalties(course, aid, results), 0
+    updated = 0
     with book as gb:
-        for r in results:
+        for line in lines:  # the penalty taken from autograded + written points, as every export takes it
             try:
-                submission = gb.find_submission(aid, r.student_id)
+                submission = gb.find_submission(aid, line.result.student_id)
             except MissingEntry:
                 continue
-            late = lates[r.student_id]
+            late = line.late
             submission.timestamp = late.submitted
             for index, notebook in enumerate(submission.notebooks):  # the whole penalty on the first one
                 notebook.late_submission_penalty = late.penalty if index == 0 and late.penalty else None

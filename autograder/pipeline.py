@@ -43,10 +43,10 @@ __all__ = ["STAGES", "Job", "grade", "grade_one", "run_jobs"]
 
 @dataclass(frozen=True)
 class Job:
-    """Everything one submission's grading needs; plain values, so it can travel to a Dask worker."""
+    """Everything one submission's grading needs; frozen values, so it can travel to a Dask worker whole
+    (the course with its workspace, gradebook and cache root: a worker finds the same reference)."""
 
-    root: str
-    workspace: str
+    course: Course
     aid: str
     sid: str
     limits: Limits
@@ -252,7 +252,7 @@ STAGES = (
 
 def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> Result:
     """Grade one submission through :data:`STAGES`, never raising: every outcome is a result with a reason."""
-    course = Course(Path(job.root), Path(job.workspace))
+    course = job.course
     result = Result(
         job.sid, job.aid, reference.max_score, isolation=job.isolation.describe(), reference=reference.digest
     )
@@ -366,8 +366,7 @@ def save_executed(
 def _dask_grade(job: Job) -> Result:
     from autograder.reference import load_reference
 
-    course = Course(Path(job.root), Path(job.workspace))
-    return grade_one(job, load_reference(course.reference_dir / job.aid))
+    return grade_one(job, load_reference(job.course.reference_dir / job.aid))
 
 
 def grade(
@@ -409,10 +408,7 @@ def grade(
     inputs = source_inputs(course.read_source(aid))
     private = course.private_folders()
     cache = str(reference.compile_cache or "") if compile_cache else ""
-    jobs = [
-        Job(str(course.root), str(course.work), aid, sid, limits, warm, isolation, private, "", cache)
-        for sid in todo
-    ]
+    jobs = [Job(course, aid, sid, limits, warm, isolation, private, "", cache) for sid in todo]
     results: list[Result] = []
     with Recorder(course.db_url) as recorder:
 

@@ -109,7 +109,7 @@ def source_digest(course: Course, aid: str) -> str:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not {".ipynb_checkpoints", "samples"} & set(path.relative_to(folder).parts):
             digest.update(path.name.encode() + path.read_bytes())
-    for name in ("course.py", "reference.py", "child.py"):
+    for name in ("course.py", "reference.py", "child.py", "protocol.py"):
         digest.update(Path(__file__).with_name(name).read_bytes())
     import dlcourse.grading
 
@@ -120,8 +120,8 @@ def source_digest(course: Course, aid: str) -> str:
 
 # What a regrade may change without running anything again: the tolerance of a hidden check. A hidden
 # check only records the student's value in the kernel (the verdict is decided outside, against the
-# rebuilt reference); a public check (one given ``expected``, and every range or accuracy check) raises in
-# the kernel when it fails, so its arguments decide which later lines run, and stay in the digest.
+# rebuilt reference); a public check (one given ``expected``, and every range or accuracy check) also
+# records the kernel's verdict on its own arguments, which the tamper flags read, so they stay in the digest.
 HIDDEN_CHECKS = {"check", "check_equal"}
 TOLERANCES = {"rtol", "atol"}
 

@@ -102,7 +102,7 @@ def decide_again(course: Course, old: Result, reference: Reference, limits: Limi
     result = Result(sid, aid, reference.max_score, isolation=old.isolation, reference=reference.digest)
     result.notes, result.submission_sha256, result.inputs = old.notes, old.submission_sha256, inputs
     result.seconds_in_sandbox, result.peak_memory_mb = old.seconds_in_sandbox, old.peak_memory_mb
-    job = Job(str(course.root), str(course.work), aid, sid, limits, (), Isolation("basic"))
+    job = Job(course, aid, sid, limits, (), Isolation("basic"))
     g = Grading(job, reference, course, course.submission(aid, sid), result)
     g.outcome = kept_outcome(course.kept_run(aid, sid), old.submission_sha256)
     stages = dict(STAGES)

@@ -8,6 +8,12 @@ apply and one submission cannot signal another.
 
 Children are started ahead of time (:class:`Sandbox` prints READY once its kernel has imported the
 frameworks), so kernel start and imports overlap with the previous submission's run.
+
+The run is split by role, each piece short enough to review on its own: one request in
+(:class:`autograder.protocol.ChildRequest`) and one report out (:class:`autograder.protocol.ChildReport`);
+what the kernel may see (:mod:`autograder.visibility`); how the child starts (:mod:`autograder.launchers`:
+spawn, bubblewrap, fork); the limits enforced while it runs (:mod:`autograder.watchdog`). :class:`Sandbox`
+only wires them together for one run and cleans up after it.
 """
 
 from __future__ import annotations
@@ -26,17 +32,14 @@ from pathlib import Path
 
 import nbformat
 
+from autograder import launchers
 from autograder.child import READY
-from autograder.course import ROOT
-from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
+from autograder.isolation import Isolation, probe_report, resolve
 from autograder.notebooks import QUIET_ENV
 from autograder.protocol import COMPILE_CACHE, ChildReport, ChildRequest, ReportReader
+from autograder.visibility import Visibility
+from autograder.watchdog import Watchdog
 
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-# What the basic mode leaves in view at /: the operating system (what bubblewrap shows), devices,
-# processes, and the package stores whose programs point into one another. Every other folder at / is
-# covered: a copy of a course in /srv or /work, a data disk under /mnt, /opt, /var, /run's sockets.
-KEPT_AT_ROOT = (*SYSTEM_DIRS, "/dev", "/proc", "/sys", "/nix", "/gnu")
 PRIVATE = (
     "work",
     "home",
@@ -157,127 +160,53 @@ class Sandbox:
         self._ready = threading.Event()
         self._reader_state = ReportReader(READY.encode())
         self._log = self._reader_state.log
-        self._peak_rss = 0
 
-    def request(self, probe: bool = False) -> ChildRequest:
-        """What the child gets, whichever launcher starts it (see :class:`autograder.protocol.ChildRequest`)."""
-        namespaces = self.isolation.namespaces and self.isolation.mode != "bubblewrap"
-        return ChildRequest(
-            scratch=str(self.scratch), env=_kernel_env(self.scratch, self.limits), memory=self.limits.memory_mb,
-            cell_timeout=self.limits.cell_timeout, threads=self.limits.threads, warm=tuple(self.warm),
-            uid=self.uid, nproc=self.limits.nproc if self.uid is not None else None, namespaces=namespaces,
-            hide=tuple(self.hidden()), reveal=tuple(self.revealed()),
-            writable=(str(self.scratch),),
-            private={str(self.scratch / f): self.limits.disk_mb * 2**20 for f in self.private_folders()}
-            if namespaces else {},
-            compile_seed=str(self.scratch / "seed") if (self.scratch / "seed").is_dir() else "", probe=probe,
-        )  # fmt: skip
-
-    def command(self, probe: bool = False) -> list[str]:
-        child = [sys.executable, "-m", "autograder.child", "--request", self.request(probe).to_json()]
-        if self.isolation.mode != "bubblewrap":
-            return child
-        bwrap = [
-            self.isolation.bwrap, "--die-with-parent", "--new-session",
-            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
-        ]  # fmt: skip
-        # Only what a kernel needs is visible, read-only: the system's programs and libraries, the
-        # Python environment, and the course's code. Everything else (this and every other course
-        # directory, home folders, other submissions, the gradebook) simply does not exist inside.
-        for system in SYSTEM_DIRS:
-            if Path(system).exists():
-                bwrap += ["--ro-bind", system, system]
-        made: set[Path] = {Path("/")} | {Path(d) for d in SYSTEM_DIRS}
-        for path in map(Path, self.revealed()):
-            if path == self.scratch or not path.exists() or any(path.is_relative_to(d) for d in SYSTEM_DIRS):
-                continue
-            # bwrap makes missing parents 0700; the child's unprivileged user must be able to pass them.
-            for parent in reversed(path.parents):
-                if parent not in made:
-                    bwrap += ["--perms", "0755", "--dir", str(parent)]
-                    made.add(parent)
-            bwrap += ["--ro-bind", str(path), str(path)]
-        bwrap += ["--bind", str(self.scratch), str(self.scratch)]
-        if not probe:  # the submission's disk quota: a tmpfs for each folder it writes, gone with the run
-            size = str(self.limits.disk_mb * 2**20)
-            for folder in self.private_folders():
-                bwrap += ["--perms", "0777", "--size", size, "--tmpfs", str(self.scratch / folder)]
-        return [*bwrap, "--chdir", str(self.scratch / "work"), "--", *child]
-
-    def private_folders(self) -> tuple[str, ...]:
-        return tuple(f for f in PRIVATE if not (self.trusted and f == "home"))
-
-    def hidden(self) -> list[str]:
-        """Folders the basic mode covers: home folders, this repository, the course and its workspace, and
-        any folder on the way to the Python environment that the sandbox's user may not enter (a mode 0700
-        /root, say), so that the user reaches exactly the environment and nothing else in there."""
-        hidden = [str(p) for p in self._covered()]
-        if self.uid is not None:
-            for path in self._needed():
-                for folder in path.parents:
-                    if folder != Path("/") and not _enterable_by_others(folder):
-                        hidden.append(str(folder))
-        return list(dict.fromkeys(hidden))
-
-    def _covered(self) -> list[Path]:
-        """Every folder at / but the operating system's (home and temporary folders among them), shared
-        memory, this repository, the course and its workspace wherever they are."""
-        top = [
-            p for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and str(p) not in KEPT_AT_ROOT
-        ]
-        return [*sorted(top), *map(Path, (*SHARED_TEMP, ROOT, *self.private))]
-
-    def _needed(self) -> set[Path]:
-        return {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder", self.scratch}
-
-    def revealed(self) -> list[str]:
-        """What the kernel needs of the hidden folders: the Python environment and the course's code."""
-        needed = self._needed()
-        covered = self._covered()
-        for entry in sys.path:  # the site-packages of another environment that this one reaches into
-            path = Path(entry)
-            if path.name in ("site-packages", "dist-packages") and path.is_dir():
-                if not any(c == path or c.is_relative_to(path) for c in covered):
-                    needed.add(path)
-        return sorted(str(p) for p in needed)
+    @property
+    def visibility(self) -> Visibility:
+        return Visibility(self.scratch, tuple(self.private), self.uid is not None)
 
     @property
     def forked(self) -> bool:
         return self.isolation.runner == "fork"
 
-    def _server(self):
-        from autograder.forkserver import server_for
+    def private_folders(self) -> tuple[str, ...]:
+        return tuple(f for f in PRIVATE if not (self.trusted and f == "home"))
 
-        return server_for(self.warm, self.slot)
+    def request(self, probe: bool = False) -> ChildRequest:
+        """What the child gets, whichever launcher starts it (see :class:`autograder.protocol.ChildRequest`)."""
+        namespaces = self.isolation.namespaces and self.isolation.mode != "bubblewrap"
+        sandboxed = namespaces or self.isolation.mode == "bubblewrap"
+        view = self.visibility
+        return ChildRequest(
+            scratch=str(self.scratch), env=_kernel_env(self.scratch, self.limits), memory=self.limits.memory_mb,
+            cell_timeout=self.limits.cell_timeout, threads=self.limits.threads, warm=tuple(self.warm),
+            uid=self.uid, nproc=self.limits.nproc if self.uid is not None else None, namespaces=namespaces,
+            hide=tuple(view.hidden()), reveal=tuple(view.revealed()), writable=(str(self.scratch),),
+            private={str(self.scratch / f): self.limits.disk_mb * 2**20 for f in self.private_folders()}
+            if sandboxed else {},
+            compile_seed=str(self.scratch / "seed") if (self.scratch / "seed").is_dir() else "", probe=probe,
+        )  # fmt: skip
+
+    def command(self, probe: bool = False) -> list[str]:
+        """A spawned child's program (see :mod:`autograder.launchers`)."""
+        return launchers.command(self.request(probe), self.isolation, self.visibility)
+
+    def hidden(self) -> list[str]:
+        return self.visibility.hidden()
+
+    def revealed(self) -> list[str]:
+        return self.visibility.revealed()
 
     def probe(self) -> dict:
         """Start the child exactly as a submission's, up to the point where the kernel would start;
         return its report (user id, network interfaces, hidden folders it can still see, whether Python
         runs), with ``error`` set when it failed."""
         self.prepare()
-        if self.forked:
-            child = self._server().spawn(self.request(probe=True))
-            child.stdin.close()
-            output = child.stdout.read(1 << 20).decode("utf-8", errors="replace")
-            child.stdout.close()
-            child.wait(180)
-            report = probe_report(output)
-            if child.returncode != 0:
-                report["error"] = output.strip()[-1500:] or f"exit status {child.returncode}"
-            return report
-        done = subprocess.run(
-            self.command(probe=True),
-            preexec_fn=_die_with_grader,
-            capture_output=True,
-            text=True,
-            env=_kernel_env(self.scratch, self.limits),
-            cwd=str(self.scratch / "work"),
-            timeout=180,
-        )
-        report = probe_report(done.stdout)
-        if done.returncode != 0:
-            report["error"] = (done.stdout + done.stderr).strip()[-1500:] or f"exit status {done.returncode}"
+        argv = None if self.forked else self.command(probe=True)
+        output, code = launchers.probe(argv, self.request(probe=True), self.warm, self.slot)
+        report = probe_report(output)
+        if code != 0:
+            report["error"] = output.strip()[-1500:] or f"exit status {code}"
         return report
 
     def prepare(self) -> None:
@@ -296,20 +225,9 @@ class Sandbox:
     def start(self) -> Sandbox:
         self.prepare()
         if self.forked:
-            self.process = self._server().spawn(self.request())
-            self._reader = threading.Thread(target=self._read_output, daemon=True)
-            self._reader.start()
-            return self
-        self.process = subprocess.Popen(
-            self.command(),
-            preexec_fn=_die_with_grader,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=_kernel_env(self.scratch, self.limits),
-            cwd=str(self.scratch),
-            start_new_session=True,
-        )
+            self.process = launchers.fork(self.request(), self.warm, self.slot)
+        else:
+            self.process = launchers.spawn(self.command(), self.request())
         self._reader = threading.Thread(target=self._read_output, daemon=True)
         self._reader.start()
         return self
@@ -351,24 +269,18 @@ class Sandbox:
             self.kill()
             why = "the sandbox's kernel did not start (no student code ran)"
             return Outcome("error", time.monotonic() - start, self.results, detail=self._tail(why))
-        root = self._root()
-        if root is not None:  # the kernel's memory before the notebook: a run too short to sample has this
-            self._peak_rss = self._tree_usage(root)[1]
+        watchdog = Watchdog(self.process, self.limits, self.forked, self.uid)
         try:
             self.process.stdin.write(f"{path}\n".encode())
             self.process.stdin.flush()
         except OSError:
             pass
-        status = self._watch(start, root)
+        status = watchdog.watch(start)
         seconds = time.monotonic() - start
-        if status != "finished" and root is not None:
+        if status != "finished":
             # Stop the kernel and all it started, not the driver: the driver sees its kernel die and sends
             # the report of what ran before (what the checks captured so far), then ends.
-            self._stop_kernel(root)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
+            watchdog.stop_kernel()
         self.kill()
         if getattr(self.process, "lost", False):
             why = "the warm parent that forked this run died (the grader's failure)"
@@ -392,114 +304,8 @@ class Sandbox:
             summary = {**summary, "problems": report.problems}
         if status == "finished" and summary.get("stopped") == "DeadKernelError":
             status = "crashed"
-        peak = round(self._peak_rss / 2**20, 1) if self._peak_rss else None
+        peak = round(watchdog.peak_rss / 2**20, 1) if watchdog.peak_rss else None
         return Outcome(status, seconds, self.results, summary, detail, peak, report.outputs)
-
-    def _root(self):
-        import psutil
-
-        try:
-            return psutil.Process(self.process.pid)
-        except psutil.NoSuchProcess:
-            return None
-
-    def _driver(self, root):
-        """The process that drives the kernel (no student code runs in it): the forked child itself, or
-        the spawned ``autograder.child`` (under bubblewrap, below its two processes)."""
-        import psutil
-
-        if self.forked:
-            return root
-        try:
-            for proc in [root, *root.children(recursive=True)]:
-                if proc.cmdline()[1:3] == ["-m", "autograder.child"]:  # (bubblewrap's own names it later)
-                    return proc
-        except psutil.Error:
-            pass
-        return None
-
-    def _stop_kernel(self, root) -> None:
-        import psutil
-
-        driver = self._driver(root)
-        if driver is None:
-            return
-        try:
-            below = driver.children(recursive=True)
-        except psutil.Error:
-            return
-        for proc in below:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-
-    def _watch(self, start: float, root) -> str:
-        """Wait for the child; kill it past the wall-clock limit or the memory limit (whole process tree)."""
-        while True:
-            if self.process.poll() is not None:
-                return "finished"
-            if time.monotonic() - start > self.limits.timeout:
-                return "timeout"
-            if root is not None:
-                count, rss = self._tree_usage(root)
-                self._peak_rss = max(self._peak_rss, rss)
-                if count > self.limits.processes:
-                    return "processes"
-                if rss > self.limits.memory_mb * 2**20 * 1.5:
-                    return "memory"
-            try:  # the next sample in 0.2 s, unless the child ends first
-                self.process.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
-
-    def _tree_usage(self, root) -> tuple[int, int]:
-        """Processes and total resident memory of everything the child started, escaped ones included."""
-        import psutil
-
-        try:
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            procs = [root]
-        self._scans = getattr(self, "_scans", 0) + 1
-        if (
-            self.uid is not None and self._scans % 5 == 0
-        ):  # double-forked processes leave the tree but keep the uid
-            known = {p.pid for p in procs}
-            procs += [
-                p
-                for p in psutil.process_iter(["uids"])
-                if p.pid not in known and p.info["uids"] and p.info["uids"].real == self.uid
-            ]
-        rss = 0
-        for proc in procs:
-            if proc.pid in self._runner_pids(root):  # the forked runner's own: they hold the warm
-                continue  # parent's pages, and no student code runs in them
-            try:
-                rss += proc.memory_info().rss
-            except psutil.Error:
-                pass
-        return len(procs), rss
-
-    def _runner_pids(self, root) -> set[int]:
-        """For a forked child: the child, its PID namespace's outer process and init (the chain down to
-        the kernel); once found, kept."""
-        if not self.forked:
-            return set()
-        if getattr(self, "_runner", None) is None:
-            import psutil
-
-            chain, proc = [root.pid], root
-            try:
-                while len(chain) < 3 and len(kids := proc.children()) == 1:
-                    proc = kids[0]
-                    chain.append(proc.pid)
-            except psutil.Error:
-                pass
-            if len(chain) < 3:
-                return set(chain)  # not all started yet: ask again next time
-            self._runner = set(chain)
-        return self._runner
 
     def _tail(self, prefix: str) -> str:
         return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])
@@ -544,28 +350,10 @@ class Sandbox:
             self.uid = self._uid_lock = None
 
 
-def _enterable_by_others(folder: Path) -> bool:
-    try:
-        return bool(folder.stat().st_mode & 0o001)
-    except OSError:
-        return False
-
-
 def _uid_has_processes(uid: int) -> bool:
     import psutil
 
     return any(p.info["uids"] and p.info["uids"].real == uid for p in psutil.process_iter(["uids"]))
-
-
-def _die_with_grader() -> None:
-    """In the child before exec: get SIGKILL when the grader dies, so a killed grader leaves no runs
-    behind (bubblewrap's --die-with-parent does the same for everything inside its sandbox)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def kill_all_of_uid(uid: int) -> None:

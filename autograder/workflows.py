@@ -155,7 +155,8 @@ def demo(course: Course, out: Path, args) -> int:
     """``make demo``: release every assignment, then ``run`` each one on its bundled samples
     (``source/<AID>/samples/``); one grade table for the course, ``<out>/grades.csv`` and
     ``<out>/<AID>/feedback/<student>.html``. Exit 1 when an assignment was refused or a grader error is left."""
-    from autograder.export import result_row, write_csv
+    from autograder.export import write_csv
+    from autograder.gradesheet import total
     from autograder.release import release
     from dlcourse.runtime import banner_text
 
@@ -184,7 +185,11 @@ def demo(course: Course, out: Path, args) -> int:
     shown = [replace(r, student_id=f"{r.assignment}/{r.student_id}") for r in graded]
     print(grade_table(shown))
     header = ["assignment", "student_id", "score", "max_score", "status", "reason"]
-    write_csv(out / "grades.csv", header, [[r.assignment, *result_row(r)[:5]] for r in graded])
+    rows = [
+        [r.assignment, r.student_id, total(r).exported_score(), f"{total(r).max_score:g}", r.status, r.reason]
+        for r in graded
+    ]
+    write_csv(out / "grades.csv", header, rows)
     print(
         f"\ngrades: {out / 'grades.csv'}; feedback: {out}/<AID>/feedback/; {time.monotonic() - started:.0f} s in all"
     )

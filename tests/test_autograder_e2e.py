@@ -271,7 +271,6 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
     grader = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
-    first = toy.result("T1", students[0])
     deadline = time.monotonic() + 180
     while not any(toy.result("T1", s).exists() for s in students) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -281,7 +280,6 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
         s: toy.result("T1", s).stat().st_mtime_ns for s in students if toy.result("T1", s).exists()
     }
     assert done_before and len(done_before) < len(students), "the kill should land mid-batch"
-    assert first.exists() or done_before
 
     rest = grade(toy, "T1", workers=2, limits=LIMITS, students=students)
     assert sorted(r.student_id for r in rest) == sorted(set(students) - set(done_before))

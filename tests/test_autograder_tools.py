@@ -89,7 +89,7 @@ def test_run_command_writes_grades_feedback_and_exits_zero(toy, tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_exports_report_and_gradescope(toy, tmp_path):
+def test_exports_report_and_gradescope(toy, tmp_path, monkeypatch):
     submit(toy, "eve", filled(toy, "T1"))
     submit(toy, "fay", filled(toy, "T1", {"square"}))
     results = {
@@ -112,6 +112,11 @@ def test_exports_report_and_gradescope(toy, tmp_path):
 
     text, png = write_report(toy, "T1", tmp_path / "report")
     assert "test_square" in text and png.read_bytes().startswith(b"\x89PNG")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # `report --course` from another folder writes into the course's reports/
+    assert cli.main(["--course", str(toy.root), "report", "T1"]) == 0
+    assert (toy.root / "reports" / "T1-report.html").is_file() and not any(elsewhere.iterdir())
 
     package = build_package(toy, "T1", tmp_path / "gs.zip")
     with zipfile.ZipFile(package) as zf:
@@ -151,7 +156,8 @@ def warm_parents():
 
 
 if __name__ == "__main__":
-    course = Course(root=Path(sys.argv[1]))
+    # as a throwaway course of `run` or `demo` has it: the cache (references) outside the course
+    course = Course(root=Path(sys.argv[1]), cache_root=Path(sys.argv[2]))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         rows = grade(course, "T1", students=["dask1", "dask2"], force=True, scheduler=cluster.scheduler_address,
                      limits=Limits(timeout=60, cell_timeout=20, memory_mb=2048))
@@ -171,7 +177,10 @@ def test_grading_on_a_dask_cluster_gives_the_same_results(toy, tmp_path):
     script = tmp_path / "dask_grade.py"  # a file, not stdin: Dask spawns its worker processes
     script.write_text(DASK_SCRIPT)
     done = subprocess.run(
-        [sys.executable, str(script), str(toy.root)], capture_output=True, text=True, timeout=300
+        [sys.executable, str(script), str(toy.root), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     printed = json.loads(done.stdout.strip().splitlines()[-1])

@@ -223,3 +223,46 @@ def test_a_manual_score_survives_a_regrade_and_shows_in_the_export(graded, tmp_p
     write_feedback(course, "T1", students=["ada"])
     page = course.feedback_page("T1", "ada").read_text()
     assert "received manual grading" in page and "4 / 5, graded by hand" in page and "say more" in page
+
+
+def test_one_student_has_one_final_grade_with_written_points_and_a_late_penalty(graded, tmp_path):
+    """Written points and a late penalty together: nbgrader's gradebook, the results CSV, the Canvas CSV and
+    the feedback page all take the penalty from autograded + written points, and agree on the final grade.
+    (Before one gradesheet, nbgrader's gradebook took it from the autograded points alone.)"""
+    from datetime import datetime
+
+    from nbgrader.api import Gradebook
+
+    from autograder import cli
+    from autograder.export import export_canvas, write_results_csv
+    from autograder.feedback import write_feedback
+    from autograder.late import record_in_gradebook, write_timestamp
+
+    course, _ = graded
+    with Gradebook(course.db_url) as gb:
+        row = gb.find_grade("written_order", "T1", "T1", "ada")
+        row.manual_score, row.needs_manual_grade = 4.0, False
+        gb.db.commit()
+    config = course.root / "nbgrader_config.py"
+    config.write_text(
+        config.read_text() + '\nc.LateWork.penalty_method = "per_day"\nc.LateWork.penalty_per_day = 0.1\n'
+    )
+    assert cli.main(["--course", str(course.root), "deadline", "T1", "--due", "2026-12-01 23:59 UTC"]) == 0
+    write_timestamp(
+        course.submission("T1", "ada").parent, datetime(2026, 12, 2, 12, 0)
+    )  # one started day late
+
+    rows = read_csv(write_results_csv(course, "T1", tmp_path / "results.csv"))
+    assert (rows["ada"]["raw_score"], rows["ada"]["late_submission_penalty"], rows["ada"]["score"]) == (
+        "104",
+        "10.4",
+        "93.6",
+    )
+    assert read_csv(export_canvas(course, tmp_path / "canvas.csv", ["T1"]))["ada"]["T1"] == "93.6"
+    write_feedback(course, "T1", students=["ada"])
+    assert "93.6" in course.feedback_page("T1", "ada").read_text()
+    assert record_in_gradebook(course, "T1") >= 1
+    with Gradebook(course.db_url) as gb:
+        submission = gb.find_submission("T1", "ada")
+        penalty = sum(n.late_submission_penalty or 0 for n in submission.notebooks)
+        assert (submission.score, penalty, submission.score - penalty) == (104, 10.4, 93.6)

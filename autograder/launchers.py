@@ -1,0 +1,78 @@
+"""How a child starts, one launcher per mechanism, all from the same :class:`~autograder.protocol.ChildRequest`:
+
+- ``spawn``: a fresh ``python -m autograder.child`` (it makes the namespaces itself, where the request says so);
+- ``bubblewrap``: the same program inside bubblewrap, which builds the view from nothing;
+- ``fork``: a warm parent (:mod:`autograder.forkserver`) forks the child, which makes the namespaces.
+
+Each returns a process whose standard output is the pipe the child reports on, and whose standard input
+takes the notebook's path; :func:`probe` starts one exactly so, up to where the kernel would start.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+from autograder.protocol import ChildRequest
+from autograder.visibility import Visibility, bubblewrap_args
+
+
+def command(request: ChildRequest, isolation, visibility: Visibility) -> list[str]:
+    """The program a spawned child runs (bubblewrap around it where the batch uses bubblewrap)."""
+    child = [sys.executable, "-m", "autograder.child", "--request", request.to_json()]
+    if isolation.mode != "bubblewrap":
+        return child
+    private = {} if request.probe else dict(request.private)
+    return [*bubblewrap_args(visibility, isolation.bwrap, private), *child]
+
+
+def spawn(argv: list[str], request: ChildRequest) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv,
+        preexec_fn=die_with_grader,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=request.env,
+        cwd=request.scratch,
+        start_new_session=True,
+    )
+
+
+def fork(request: ChildRequest, warm: tuple[str, ...], slot: int):
+    from autograder.forkserver import server_for
+
+    return server_for(warm, slot).spawn(request)
+
+
+def probe(argv: list[str] | None, request: ChildRequest, warm: tuple[str, ...], slot: int) -> tuple[str, int]:
+    """Start a probing child (``argv``, or forked where ``argv`` is None); its output and exit status."""
+    if argv is None:
+        child = fork(request, warm, slot)
+        child.stdin.close()
+        output = child.stdout.read(1 << 20).decode("utf-8", errors="replace")
+        child.stdout.close()
+        child.wait(180)
+        return output, child.returncode
+    done = subprocess.run(
+        argv,
+        preexec_fn=die_with_grader,
+        capture_output=True,
+        text=True,
+        env=request.env,
+        cwd=request.scratch,
+        timeout=180,
+    )
+    return done.stdout + done.stderr, done.returncode
+
+
+def die_with_grader() -> None:
+    """In a spawned child before exec: get SIGKILL when the grader dies (the child sets it again after it
+    changes user, which clears it; bubblewrap's --die-with-parent does the same inside its sandbox)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

@@ -1,0 +1,119 @@
+"""The watchdog of one run: it samples the run's whole process tree every 0.2 s and says why it must stop
+(wall clock, memory, processes); then it stops the kernel and all it started, but not the driver, so the
+driver still sends the report of what ran before."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import psutil
+
+
+class Watchdog:
+    def __init__(self, process, limits, forked: bool, uid: int | None):
+        self.process, self.limits, self.forked, self.uid = process, limits, forked, uid
+        self.peak_rss = 0
+        self._scans = 0
+        self._runner: set[int] | None = None
+        try:
+            self.root = psutil.Process(process.pid)
+        except psutil.NoSuchProcess:
+            self.root = None
+        if self.root is not None:  # the kernel's memory before the notebook: a short run has this
+            self.peak_rss = self.tree_usage()[1]
+
+    def watch(self, start: float) -> str:
+        """Wait for the child; say why it must stop past the wall-clock, memory or process limit."""
+        while True:
+            if self.process.poll() is not None:
+                return "finished"
+            if time.monotonic() - start > self.limits.timeout:
+                return "timeout"
+            if self.root is not None:
+                count, rss = self.tree_usage()
+                self.peak_rss = max(self.peak_rss, rss)
+                if count > self.limits.processes:
+                    return "processes"
+                if rss > self.limits.memory_mb * 2**20 * 1.5:
+                    return "memory"
+            try:  # the next sample in 0.2 s, unless the child ends first
+                self.process.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop_kernel(self, grace: float = 15) -> None:
+        """Kill everything below the driver, then give the driver ``grace`` seconds to report and end."""
+        driver = self._driver()
+        if driver is None:
+            return
+        try:
+            below = driver.children(recursive=True)
+        except psutil.Error:
+            return
+        for proc in below:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        try:
+            self.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _driver(self):
+        """The process that drives the kernel (no student code runs in it): the forked child itself, or
+        the spawned ``autograder.child`` (under bubblewrap, below its two processes)."""
+        if self.root is None or self.forked:
+            return self.root
+        try:
+            for proc in [self.root, *self.root.children(recursive=True)]:
+                if proc.cmdline()[1:3] == ["-m", "autograder.child"]:  # (bubblewrap's own names it later)
+                    return proc
+        except psutil.Error:
+            pass
+        return None
+
+    def tree_usage(self) -> tuple[int, int]:
+        """Processes and total resident memory of everything the child started, escaped ones included."""
+        root = self.root
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = [root]
+        self._scans += 1
+        if self.uid is not None and self._scans % 5 == 0:  # double-forked ones leave the tree, keep the uid
+            known = {p.pid for p in procs}
+            procs += [
+                p
+                for p in psutil.process_iter(["uids"])
+                if p.pid not in known and p.info["uids"] and p.info["uids"].real == self.uid
+            ]
+        rss = 0
+        runner = self._runner_pids()
+        for proc in procs:
+            if proc.pid in runner:  # the forked runner's own: they hold the warm parent's pages, and no
+                continue  # student code runs in them
+            try:
+                rss += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return len(procs), rss
+
+    def _runner_pids(self) -> set[int]:
+        """For a forked child: the child, its PID namespace's outer process and init (the chain down to
+        the kernel); once found, kept."""
+        if not self.forked:
+            return set()
+        if self._runner is None:
+            chain, proc = [self.root.pid], self.root
+            try:
+                while len(chain) < 3 and len(kids := proc.children()) == 1:
+                    proc = kids[0]
+                    chain.append(proc.pid)
+            except psutil.Error:
+                pass
+            if len(chain) < 3:
+                return set(chain)  # not all started yet: ask again next time
+            self._runner = set(chain)
+        return self._runner
