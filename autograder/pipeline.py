@@ -357,10 +357,13 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
 def save_executed(
     course: Course, job: Job, notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]
 ) -> None:
-    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review."""
+    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, sanitised:
+    formgrader shows what the student wrote and ran, and runs and loads none of it."""
+    from autograder.sanitize import sanitize_notebook
+
     target = course.executed(job.aid, job.sid)
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(executed_notebook(notebook, outputs, hidden), str(target))
+    nbformat.write(sanitize_notebook(executed_notebook(notebook, outputs, hidden)), str(target))
 
 
 def _dask_grade(job: Job) -> Result:

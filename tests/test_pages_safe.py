@@ -276,10 +276,6 @@ def submission_notebook_id(course: Course, sid: str) -> str:
         return gb.find_submission_notebook(AID, AID, sid).id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="autograder/pipeline.py's save_executed does not yet write sanitize_notebook(...) to autograded/",
-)
 def test_the_grader_writes_autograded_notebooks_with_nothing_live(graded, tracker):
     executed = nbformat.read(str(graded.executed(AID, "mallory")), as_version=4)
     assert live_payloads(formgrader_html(executed), tracker.url) == set()
