@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 from autograder.course import Course
-from autograder.gradesheet import Line, gradesheet, total
-from autograder.late import format_utc, record_in_gradebook
+from autograder.gradesheet import Line, gradesheet, record_in_gradebook, total
+from autograder.late import format_utc
 from autograder.record import load_results, with_manual_grades
 from autograder.release import run_nbgrader
 from autograder.result import Result

@@ -105,7 +105,7 @@ class ForkServer:
 
     def start(self, timeout: float = 300) -> ForkServer:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        from autograder.sandbox import kernel_env
+        from autograder.protocol import kernel_env
 
         self.home = Path(tempfile.mkdtemp(prefix="dlcourse-warm-"))
         # the kernels' own environment, so imports see what kernels see; one thread for the imports,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autograder.course import Course
-from autograder.late import Late, late_penalties
+from autograder.late import Late, late_penalties, open_gradebook
 from autograder.record import load_results, with_manual_grades
 from autograder.result import Result
 
@@ -40,3 +40,29 @@ def gradesheet(course: Course, aid: str, results: list[Result] | None = None) ->
     results = with_manual_grades(course, aid, load_results(course, aid) if results is None else results)
     lates = late_penalties(course, aid, [total(r) for r in results])
     return {r.student_id: Line(r, lates[r.student_id]) for r in results}
+
+
+def record_in_gradebook(course: Course, aid: str) -> int:
+    """Copy each graded submission's hand-in time and late penalty into nbgrader's gradebook
+    (``SubmittedAssignment.timestamp``, ``SubmittedNotebook.late_submission_penalty``), where formgrader and
+    ``nbgrader export`` read them. Returns how many submissions were updated."""
+    from nbgrader.api import MissingEntry
+
+    lines = [line for line in gradesheet(course, aid).values() if not line.result.is_error]
+    book = open_gradebook(course) if lines else None
+    if book is None:
+        return 0
+    updated = 0
+    with book as gb:
+        for line in lines:  # the penalty taken from autograded + written points, as every export takes it
+            try:
+                submission = gb.find_submission(aid, line.result.student_id)
+            except MissingEntry:
+                continue
+            late = line.late
+            submission.timestamp = late.submitted
+            for index, notebook in enumerate(submission.notebooks):  # the whole penalty on the first one
+                notebook.late_submission_penalty = late.penalty if index == 0 and late.penalty else None
+            updated += 1
+        gb.db.commit()
+    return updated

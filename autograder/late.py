@@ -321,31 +321,3 @@ def late_penalties(course: Course, aid: str, results: list[Result]) -> dict[str,
 def late_penalty(course: Course, aid: str, result: Result) -> Late:
     """:func:`late_penalties` for one result."""
     return late_penalties(course, aid, [result])[result.student_id]
-
-
-def record_in_gradebook(course: Course, aid: str) -> int:
-    """Copy each graded submission's hand-in time and late penalty into nbgrader's gradebook
-    (``SubmittedAssignment.timestamp``, ``SubmittedNotebook.late_submission_penalty``), where formgrader and
-    ``nbgrader export`` read them. Returns how many submissions were updated."""
-    from nbgrader.api import MissingEntry
-
-    from autograder.gradesheet import gradesheet
-
-    lines = [line for line in gradesheet(course, aid).values() if not line.result.is_error]
-    book = open_gradebook(course) if lines else None
-    if book is None:
-        return 0
-    updated = 0
-    with book as gb:
-        for line in lines:  # the penalty taken from autograded + written points, as every export takes it
-            try:
-                submission = gb.find_submission(aid, line.result.student_id)
-            except MissingEntry:
-                continue
-            late = line.late
-            submission.timestamp = late.submitted
-            for index, notebook in enumerate(submission.notebooks):  # the whole penalty on the first one
-                notebook.late_submission_penalty = late.penalty if index == 0 and late.penalty else None
-            updated += 1
-        gb.db.commit()
-    return updated

@@ -24,8 +24,11 @@ import json
 import os
 import re
 import stat
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from dlcourse._lazy import QUIET_ENV
 
 REPORT_TAG = b"DLCOURSE-REPORT"
 MAX_HEADER_BYTES = 32 * 2**20  # the summary and the outputs (the driver keeps 20,000 characters a cell)
@@ -158,8 +161,6 @@ class ChildReport:
     @classmethod
     def parse(cls, header: bytes, data: bytes) -> ChildReport:
         """Decode a frame's two parts; raise ValueError when it is not a report."""
-        from autograder.sandbox import read_summary_data
-
         try:
             raw = json.loads(header.decode("utf-8", errors="replace"))
         except RecursionError:
@@ -256,3 +257,59 @@ class ReportReader:
         except ValueError as err:
             self.broken = str(err)
             return None
+
+
+def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
+    """The whole environment of a kernel whose run folder is ``scratch`` (nothing of the grader's own)."""
+    home = scratch / "home"
+    env = {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(scratch / "tmp"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "IPYTHONDIR": str(home / "ipython"),
+        "MPLCONFIGDIR": str(home / "mpl"),
+        "MPLBACKEND": "Agg",
+        # torch.compile's caches: the run's own, seeded with a copy of the reference run's (Sandbox.prepare)
+        "TORCHINDUCTOR_CACHE_DIR": str(home / COMPILE_CACHE),
+        "TRITON_CACHE_DIR": str(home / COMPILE_CACHE / "triton"),
+        **QUIET_ENV,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "DLCOURSE_CAPTURE": str(scratch / "capture"),
+        "DLCOURSE_CACHE": str(home / "cache"),
+        "LANG": "C.UTF-8",
+    }
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # machine quirks the grader itself runs with
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def read_summary_data(data) -> dict:
+    """A run summary as the report carried it, validated: a dict with a list of cell entries of plain
+    values, or {}."""
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        return {}
+    cells = []
+    for entry in data["cells"][:100_000]:
+        if isinstance(entry, dict) and type(entry.get("index")) is int:
+            clean = {
+                str(k)[:50]: v[:4000] if isinstance(v, str) else v
+                for k, v in entry.items()
+                if isinstance(v, str | int | type(None)) and not isinstance(v, bool)
+            }
+            cells.append(clean)
+    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
+    timings = {
+        str(k)[:30]: float(v)
+        for k, v in timings.items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    return {
+        "cells": cells,
+        "stopped": data.get("stopped")[:600] if isinstance(data.get("stopped"), str) else None,
+        "timings": timings,
+    }

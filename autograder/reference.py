@@ -30,7 +30,7 @@ import nbformat
 import numpy as np
 
 from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
-from autograder.sandbox import COMPILE_CACHE
+from autograder.protocol import COMPILE_CACHE
 from dlcourse.grading import Case, compare, load_cases
 
 CELLS_FILE = "cells.json"

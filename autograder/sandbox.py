@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,8 +34,7 @@ import nbformat
 from autograder import launchers
 from autograder.child import READY
 from autograder.isolation import Isolation, probe_report, resolve
-from autograder.notebooks import QUIET_ENV
-from autograder.protocol import COMPILE_CACHE, ChildReport, ChildRequest, ReportReader
+from autograder.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
 from autograder.visibility import Visibility
 from autograder.watchdog import Watchdog
 
@@ -100,35 +98,6 @@ class Outcome:
 
 def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
     return kernel_env(scratch, limits.threads)
-
-
-def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
-    """The whole environment of a kernel whose run folder is ``scratch`` (nothing of the grader's own)."""
-    home = scratch / "home"
-    env = {
-        "PATH": str(Path(sys.executable).parent) + ":/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(home),
-        "TMPDIR": str(scratch / "tmp"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTER_DATA_DIR": str(home / "data"),
-        "IPYTHONDIR": str(home / "ipython"),
-        "MPLCONFIGDIR": str(home / "mpl"),
-        "MPLBACKEND": "Agg",
-        # torch.compile's caches: the run's own, seeded with a copy of the reference run's (Sandbox.prepare)
-        "TORCHINDUCTOR_CACHE_DIR": str(home / COMPILE_CACHE),
-        "TRITON_CACHE_DIR": str(home / COMPILE_CACHE / "triton"),
-        **QUIET_ENV,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "DLCOURSE_CAPTURE": str(scratch / "capture"),
-        "DLCOURSE_CACHE": str(home / "cache"),
-        "LANG": "C.UTF-8",
-    }
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[name] = str(threads)
-    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # machine quirks the grader itself runs with
-        if name in os.environ:
-            env[name] = os.environ[name]
-    return env
 
 
 class Sandbox:
@@ -367,30 +336,3 @@ def kill_all_of_uid(uid: int) -> None:
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
-
-
-def read_summary_data(data) -> dict:
-    """A run summary as the report carried it, validated: a dict with a list of cell entries of plain
-    values, or {}."""
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        return {}
-    cells = []
-    for entry in data["cells"][:100_000]:
-        if isinstance(entry, dict) and type(entry.get("index")) is int:
-            clean = {
-                str(k)[:50]: v[:4000] if isinstance(v, str) else v
-                for k, v in entry.items()
-                if isinstance(v, str | int | type(None)) and not isinstance(v, bool)
-            }
-            cells.append(clean)
-    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
-    timings = {
-        str(k)[:30]: float(v)
-        for k, v in timings.items()
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    }
-    return {
-        "cells": cells,
-        "stopped": data.get("stopped")[:600] if isinstance(data.get("stopped"), str) else None,
-        "timings": timings,
-    }

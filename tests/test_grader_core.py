@@ -256,7 +256,8 @@ def test_each_run_gets_its_own_copy_of_the_reference_compile_cache(tmp_path):
     """torch.compile in a student's run starts from the reference run's cache, and what it writes there
     stays in its own scratch."""
     from autograder.isolation import Isolation
-    from autograder.sandbox import COMPILE_CACHE, Limits, Sandbox, _kernel_env
+    from autograder.protocol import COMPILE_CACHE
+    from autograder.sandbox import Limits, Sandbox, _kernel_env
 
     cache = tmp_path / "reference" / COMPILE_CACHE
     (cache / "fxgraph").mkdir(parents=True)

@@ -19,7 +19,8 @@ from autograder.collect import collect, received_rules
 from autograder.course import Course
 from autograder.export import export_canvas, write_results_csv
 from autograder.feedback import write_feedback
-from autograder.late import DAY, LateWork, assess, course_config, gradebook, late_rule, record_in_gradebook
+from autograder.gradesheet import record_in_gradebook
+from autograder.late import DAY, LateWork, assess, course_config, gradebook, late_rule
 from autograder.record import Recorder, save_result
 from autograder.result import CellResult, Result
 from tests.fixtures.toy_course import make_course

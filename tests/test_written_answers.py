@@ -236,7 +236,8 @@ def test_one_student_has_one_final_grade_with_written_points_and_a_late_penalty(
     from autograder import cli
     from autograder.export import export_canvas, write_results_csv
     from autograder.feedback import write_feedback
-    from autograder.late import record_in_gradebook, write_timestamp
+    from autograder.gradesheet import record_in_gradebook
+    from autograder.late import write_timestamp
 
     course, _ = graded
     with Gradebook(course.db_url) as gb:
