@@ -104,7 +104,8 @@ class JupyterLab:
             JUPYTER_RUNTIME_DIR=str(self.state / "jupyter-runtime"),
             IPYTHONDIR=str(self.state / "ipython"),
             DLCOURSE_EXCHANGE=str(self.state / "exchange"),  # formgrader needs a writable exchange
-            JUPYTER_CONFIG_PATH=str(self.root),  # the course's jupyter_server_config.py, as `make lab` reads it
+            # the course's jupyter_server_config.py, as `make lab` reads it
+            JUPYTER_CONFIG_PATH=str(self.root),
         )
         (self.state / "exchange").mkdir(parents=True, exist_ok=True)
         return env

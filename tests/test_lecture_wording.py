@@ -34,7 +34,8 @@ def cells(name: str, cell_type: str = "markdown") -> list[str]:
 def test_lecture_9_times_a_model_of_the_shape_it_claims():
     claim = next(s for s in cells("09_tensorflow.ipynb") if "how much faster" in s)
     timed = next(s for s in cells("09_tensorflow.ipynb", "code") if "timeit.timeit" in s)
-    assert "same shape" in claim  # the claim compares with the source lecture's model: 64 x 1000 -> 100 -> 1000
+    # the claim compares with the source lecture's model: 64 x 1000 -> 100 -> 1000
+    assert "same shape" in claim
     for shape in ("shape=(1000,)", "Dense(100,", "Dense(1000)", "(64, 1000)"):
         assert shape in timed, shape
 
