@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo lab test bench bench-quick gpu-check format strip release wheel doctor clean
+.PHONY: setup demo lab test bench bench-quick gpu-check colab-check format strip release wheel doctor clean
 
 ## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
 setup: $(STAMP)
@@ -42,6 +42,10 @@ bench-quick: setup
 ## gpu-check: on a CUDA machine (a Colab GPU runtime), the GPU tests, lectures 10 and 12, A3 and A5 graded, FLOP/s
 gpu-check: setup
 	$(PY) -m benchmarks.gpu_check
+
+## colab-check: every lecture and assignment source on Colab's versions (Python 3.13, torch 2.11, TF 2.20) beside ours; several GB, cached
+colab-check: setup
+	$(PY) -m benchmarks.colab_check $(COLAB_ARGS)
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -13,12 +13,14 @@ SECTIONS = ("grading", "course", "claims")
 PLOT_NAME = "summary.png"
 WAYS = (("nbgrader", "nbgrader"), ("lower_bound", "lower bound"), ("autograder", "autograder"))
 MUTANTS_PREFIX = "mutants-"  # results/mutants-<timestamp>.json: benchmarks.mutants
+COLAB_PREFIX = "colab-check-"  # results/colab-check-<timestamp>.json: benchmarks.colab_check
+OWN_SECTIONS = (MUTANTS_PREFIX, COLAB_PREFIX)
 
 
 def load_runs(results: Path) -> list[tuple[str, dict]]:
     runs = []
     for path in sorted(results.glob("*.json")):
-        if path.name.startswith(MUTANTS_PREFIX):  # mutation runs: their own section
+        if path.name.startswith(OWN_SECTIONS):  # mutation runs and Colab checks: their own sections
             continue
         try:
             runs.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
@@ -371,6 +373,67 @@ def mutants_section(results: Path) -> list[str]:
     return out
 
 
+def gigabytes(value) -> str:
+    return "n/a" if value is None else f"{value / 1e9:.1f} GB"
+
+
+def colab_section(results: Path, shown_lines: int = 6) -> list[str]:
+    """The latest ``make colab-check``: each notebook on Colab's versions beside this repository's."""
+    recorded = sorted(results.glob(COLAB_PREFIX + "*.json"))
+    if not recorded:
+        return []
+    name, run = recorded[-1].name, json.loads(recorded[-1].read_text(encoding="utf-8"))
+    colab, ours, cost = run["colab"]["versions"], run["reference"]["versions"], run["cost"]
+
+    def stack(v: dict) -> str:
+        framework = v.get("tensorflow-cpu") or v.get("tensorflow")
+        return (f"Python {v.get('python')}, torch {v.get('torch')}, TensorFlow {framework}, Keras {v.get('keras')}, "
+                f"numpy {v.get('numpy')}, ipykernel {v.get('ipykernel')}, nbclient {v.get('nbclient')}")  # fmt: skip
+
+    m = run["machine"]
+    if cost.get("reused"):
+        built = "environment reused from the cache"
+    else:
+        built = (f"downloaded {gigabytes(cost.get('downloaded_bytes'))} of wheels in {cost.get('download_seconds')} s, "
+                 f"installed in {cost.get('install_seconds')} s")  # fmt: skip
+    out = [f"## Colab's versions (run `{name}`)", "",
+           f"`make colab-check` (`python -m benchmarks.colab_check`): every lecture top to bottom and every assignment's "
+           f"source (solutions and public checks, hidden checks capturing) in a second environment with Colab's "
+           f"versions, {stack(colab)} (Python found by: {run['colab']['python_found_by']}; {run['colab']['dlcourse_from']}), "
+           f"then in this repository's, {stack(ours)}. {m['cores']} cores ({m['cpu_model']}); load average "
+           f"{m['load_average_start']} at the start, {m['load_average_end']} at the end.", "",
+           f"Cost: {built}; {gigabytes(cost.get('wheels_bytes'))} of wheels and {gigabytes(cost.get('venv_bytes'))} of "
+           f"environment kept in the cache; the notebooks took {cost.get('colab_run_seconds')} s on Colab's versions "
+           f"and {cost.get('reference_run_seconds')} s on ours"
+           f"{' (side by side)' if cost.get('side_by_side') else ' (one after the other)'}.", "",
+           "Stderr lines are compared per cell after removing what differs between any two runs (log prefixes, "
+           "install paths, line numbers in library files); leaked: a warning that the lecture test's "
+           "no-leaked-warnings rule would reject.", ""]  # fmt: skip
+
+    def state(r: dict) -> str:
+        if r["ran"]:
+            return "ran"
+        error = r["first_error"]
+        return f"**failed** (cell {error['cell']}: `{error['error'][:120]}`)"
+
+    rows = [[f"`{n['notebook']}`", state(n["colab"]), state(n["reference"]),
+             f"{n['colab']['seconds']} / {n['reference']['seconds']}", len(n["stderr_only_colab"]),
+             len(n["stderr_only_reference"]), f"{len(n['leaked_colab'])} / {len(n['leaked_reference'])}"]
+            for n in run["notebooks"]]  # fmt: skip
+    out += table(["notebook", "Colab's versions", "ours", "seconds (Colab's / ours)", "stderr lines only on Colab's",
+                  "only on ours", "leaked warnings (Colab's / ours)"], rows)  # fmt: skip
+    differing = [n for n in run["notebooks"] if n["stderr_only_colab"] or n["leaked_colab"]]
+    if differing:
+        out += ["### Printed only on Colab's versions", ""]
+    for n in differing:
+        lines = [f"cell {cell}: `{text[:200]}`" for cell, text in n["stderr_only_colab"]]
+        more = f"; and {len(lines) - shown_lines} more" if len(lines) > shown_lines else ""
+        leaked = ", ".join(f"cell {cell}: `{text[:160]}`" for cell, text in n["leaked_colab"])
+        out.append(f"- `{n['notebook']}`: " + "; ".join(lines[:shown_lines]) + more
+                   + (f". Leaked: {leaked}" if leaked else ""))  # fmt: skip
+    return out + [""]
+
+
 def plot(results: Path, chosen: dict[str, tuple[str, dict] | None]) -> Path | None:
     """One figure: throughput of the three ways, autograder scaling, and course run time against limits."""
     import matplotlib
@@ -466,6 +529,7 @@ def write_report(out: Path) -> Path:
         if chosen.get(section):
             lines += render(*chosen[section])
     lines += mutants_section(results)
+    lines += colab_section(results)
     target = out / "RESULTS.md"
     target.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return target
