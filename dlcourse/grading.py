@@ -59,6 +59,7 @@ from pathlib import Path
 import numpy as np
 
 from dlcourse.closeness import close_report, to_numpy
+from dlcourse.modeldata import decode, encode, model_as_data, parameter_count, predictions
 
 CAPTURE_ENV = "DLCOURSE_CAPTURE"
 REFERENCE_ENV = "DLCOURSE_REFERENCE"
@@ -267,15 +268,7 @@ def compare(case: Case, reference, got) -> str | None:
             return f"{case.name}: got {x:.6g}, which should be {bounds}"
         return None
     if case.kind == "model_accuracy":
-        got = np.asarray(got)
-        try:
-            predictions = model_predictions(p["model"], got, np.asarray(p["inputs"], dtype=np.float64))
-        except ValueError as err:
-            return f"{case.name}: {err}"
-        accuracy = float(np.mean(predictions == np.asarray(p["labels"])))
-        if accuracy < p["at_least"]:
-            return f"{case.name}: the trained model's accuracy is {accuracy:.1%}, needs at least {p['at_least']:.0%}"
-        return None
+        return _model_problem(case, reference, got)
     if case.kind == "accuracy":
         labels = np.asarray(p["labels"])
         preds = np.asarray(got)
@@ -288,62 +281,28 @@ def compare(case: Case, reference, got) -> str | None:
     return f"{case.name}: unknown kind of case {case.kind!r}"
 
 
-# ----------------------------------------------------------------------------- models as plain data
-
-MODEL_LAYERS = ("affine", "relu")  # what a model_accuracy case can describe (and the grader evaluate)
-
-
-def model_as_data(model) -> tuple[list, np.ndarray]:
-    """A model as ``(layers, parameters)``: the layers as plain data (``["affine", inputs, outputs]``,
-    ``["relu"]``) and every parameter in one flat float64 vector, in the layers' order. Takes a torch
-    ``nn.Sequential`` of ``Linear`` and ``ReLU`` layers, or an object whose ``params`` hold a two-layer
-    net's ``W1`` (D, H), ``b1``, ``W2`` (H, C), ``b2`` (affine - ReLU - affine)."""
-    layers, parts = [], []
-    params = getattr(model, "params", None)
-    if isinstance(params, dict) and {"W1", "b1", "W2", "b2"} <= set(params):
-        w1, b1, w2, b2 = (np.asarray(to_numpy(params[k]), dtype=np.float64) for k in ("W1", "b1", "W2", "b2"))
-        layers = [["affine", *w1.shape], ["relu"], ["affine", *w2.shape]]
-        parts = [w1, b1, w2, b2]
-    elif type(model).__name__ == "Sequential" and type(model).__module__.startswith("torch"):
-        for layer in model:
-            kind = type(layer).__name__
-            if kind == "Linear" and layer.bias is not None:
-                weight = to_numpy(layer.weight.detach()).astype(np.float64)
-                layers.append(["affine", weight.shape[1], weight.shape[0]])
-                parts += [weight.T, to_numpy(layer.bias.detach()).astype(np.float64)]
-            elif kind == "ReLU":
-                layers.append(["relu"])
-            else:
-                raise TypeError(f"a model_accuracy case takes Linear (with bias) and ReLU layers, not {kind}")
-    else:
-        raise TypeError("a model_accuracy case takes an nn.Sequential or a two-layer net with .params")
-    return layers, np.concatenate([np.ravel(p) for p in parts]) if parts else np.zeros(0)
-
-
-def model_predictions(layers: list, parameters: np.ndarray, inputs: np.ndarray) -> np.ndarray:
-    """The class each row of ``inputs`` gets from the model ``(layers, parameters)`` (see
-    :func:`model_as_data`), computed here in float64; ValueError when the parameters do not fit."""
-    parameters = np.asarray(parameters)
-    if parameters.ndim != 1 or parameters.dtype.kind != "f":
-        raise ValueError(f"expected the model's parameters as one vector of numbers, got {parameters.shape}")
-    sizes = [a * b + b for kind, *shape in layers if kind == "affine" for a, b in [shape]]
-    if parameters.size != sum(sizes):
-        raise ValueError(f"the model has {parameters.size} parameters; its layers need {sum(sizes)}")
-    if not np.all(np.isfinite(parameters)):
-        return np.full(len(inputs), -1)
-    x, offset = inputs.reshape(len(inputs), -1), 0
-    for kind, *shape in layers:
-        if kind == "affine":
-            a, b = (int(n) for n in shape)
-            w = parameters[offset : offset + a * b].reshape(a, b)
-            bias = parameters[offset + a * b : offset + a * b + b]
-            offset += a * b + b
-            x = x @ w + bias
-        elif kind == "relu":
-            x = np.maximum(x, 0.0)
-        else:
-            raise ValueError(f"unknown layer {kind!r}")
-    return x.argmax(axis=1)
+def _model_problem(case: Case, reference, got) -> str | None:
+    """A ``model_accuracy`` case: the recorded model (:mod:`dlcourse.modeldata`) is evaluated here, on the
+    case's inputs, against its labels; with ``architecture="fixed"`` it must be built as the reference's
+    model is, and ``max_parameters`` bounds its trainable parameters."""
+    p = case.params
+    try:
+        layers, parameters = decode(got)
+        if p.get("architecture", "fixed") == "fixed" and reference is not None:
+            if layers != decode(reference)[0]:
+                return f"{case.name}: the model is not built as the test builds it: {layers}"
+        trainable = parameter_count(layers, trainable=True)
+        if p.get("max_parameters") is not None and trainable > p["max_parameters"]:
+            return f"{case.name}: the model has {trainable:,} parameters, more than {p['max_parameters']:,}"
+        predicted = predictions(layers, parameters, np.asarray(p["inputs"], dtype=np.float64))
+    except ValueError as err:
+        return f"{case.name}: {err}"
+    accuracy = float(np.mean(predicted == np.asarray(p["labels"])))
+    if accuracy < p["at_least"]:
+        return (
+            f"{case.name}: the trained model's accuracy is {accuracy:.1%}, needs at least {p['at_least']:.0%}"
+        )
+    return None
 
 
 def _short(a: np.ndarray) -> str:
@@ -375,22 +334,37 @@ def check_accuracy(name: str, predictions, labels, at_least: float) -> None:
     _case(name, "accuracy", {"labels": labels.tolist(), "at_least": at_least}, predictions, None, public=True)
 
 
-def check_model_accuracy(name: str, model, inputs, labels, at_least: float) -> None:
-    """Case ``name``: the trained ``model`` (see :func:`model_as_data`) must classify ``inputs`` as
-    ``labels`` on at least the fraction ``at_least``. The grader records only the model's parameters and
-    works out the accuracy itself, with the reference's architecture, inputs and labels."""
+def check_model_accuracy(
+    name: str,
+    model,
+    inputs,
+    labels,
+    at_least: float,
+    *,
+    architecture: str = "fixed",
+    max_parameters: int | None = None,
+) -> None:
+    """Case ``name``: the trained ``model`` must classify ``inputs`` as ``labels`` on at least the fraction
+    ``at_least``. The grader records the model itself, as plain data (:mod:`dlcourse.modeldata`: an
+    ``nn.Sequential`` of common layers, or a two-layer net's ``params``), and works the accuracy out on the
+    reference's inputs and labels, which the student's kernel never hands over. ``architecture="fixed"``:
+    the model must be built as the test builds it (the reference's); ``"any"``: the student designs it,
+    within ``max_parameters`` trainable parameters."""
+    if architecture not in ("fixed", "any"):
+        raise ValueError("architecture is 'fixed' or 'any'")
     try:
-        layers, parameters = model_as_data(model)
+        value = encode(*model_as_data(model))
     except TypeError as err:
         _session[name] = "failed"
         raise GradingError(f"{name}: {err}") from None
     params = {
-        "model": layers,
         "inputs": plain_value(inputs).astype(np.float64).tolist(),
         "labels": plain_value(labels).tolist(),
         "at_least": at_least,
+        "architecture": architecture,
+        "max_parameters": max_parameters,
     }
-    _case(name, "model_accuracy", params, parameters, None, public=True)
+    _case(name, "model_accuracy", params, value, None, public=True)
 
 
 def _case(name: str, kind: str, params: dict, got, expected, public: bool | None = None) -> None:
