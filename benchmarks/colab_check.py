@@ -192,9 +192,12 @@ def build_env(python: str, cache: Path, log) -> tuple[Path, dict]:
     wheels = cache / "wheels"
     stamp = venv / ".colab-pins"
     wanted = "\n".join([version or "", *COLAB_PINS])
+    record = cache / f"build-{venv.name}.json"  # what building it cost, kept beside it
     cost: dict = {"reused": stamp.is_file() and stamp.read_text() == wanted}
     if cost["reused"]:
         log(f"environment: reusing {venv.name} (pins unchanged)")
+        if record.is_file():
+            cost["build"] = json.loads(record.read_text())
     else:
         wheels.mkdir(parents=True, exist_ok=True)
         before = du(wheels)
@@ -224,6 +227,8 @@ def build_env(python: str, cache: Path, log) -> tuple[Path, dict]:
         subprocess.run(install, check=True)
         cost["install_seconds"] = round(time.perf_counter() - start, 1)
         stamp.write_text(wanted)
+        built = {k: cost[k] for k in ("download_seconds", "downloaded_bytes", "install_seconds")}
+        record.write_text(json.dumps({**built, "built": time.strftime("%Y-%m-%dT%H%M%SZ", time.gmtime())}))
     cost["wheels_bytes"] = du(wheels)
     cost["venv_bytes"] = du(venv)
     return venv, cost
@@ -329,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                        capture_output=True)  # fmt: skip
         colab_env = {**QUIET_ENV, "DLCOURSE_PIP": str(wheel), "PIP_NO_INDEX": "1",
                      "PIP_FIND_LINKS": str(cache / "wheels")}  # fmt: skip
-        runs = {"colab": (colab_python, colab_env), "reference": (sys.executable, dict(QUIET_ENV))}
+        # One BLAS thread per kernel, as `make test` runs the notebooks: on a shared 2-core machine several
+        # OpenMP threads per kernel spin against other people's work and a lecture takes many times its limit.
+        threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        colab_env.update(threads)
+        runs = {"colab": (colab_python, colab_env), "reference": (sys.executable, {**QUIET_ENV, **threads})}
 
         def timed(label: str) -> dict:
             start = time.perf_counter()
@@ -340,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=2 if args.side_by_side else 1) as pool:
             colab, reference = pool.map(timed, ["colab", "reference"])
         cost["side_by_side"] = args.side_by_side
+        cost["omp_num_threads"] = threads["OMP_NUM_THREADS"]
         installed = env_versions(colab_python)
     cost["venv_bytes"] = du(venv)
     rows = compare(paths, colab, reference)

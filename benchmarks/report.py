@@ -392,7 +392,13 @@ def colab_section(results: Path, shown_lines: int = 6) -> list[str]:
 
     m = run["machine"]
     if cost.get("reused"):
-        built = "environment reused from the cache"
+        b = cost.get("build")
+        built = "environment reused from the cache" + (
+            f" (building it, {b['built']}: downloaded {gigabytes(b['downloaded_bytes'])} of wheels in "
+            f"{b['download_seconds']} s, installed in {b['install_seconds']} s{b.get('note', '')})"
+            if b
+            else ""
+        )
     else:
         built = (f"downloaded {gigabytes(cost.get('downloaded_bytes'))} of wheels in {cost.get('download_seconds')} s, "
                  f"installed in {cost.get('install_seconds')} s")  # fmt: skip
@@ -405,7 +411,8 @@ def colab_section(results: Path, shown_lines: int = 6) -> list[str]:
            f"Cost: {built}; {gigabytes(cost.get('wheels_bytes'))} of wheels and {gigabytes(cost.get('venv_bytes'))} of "
            f"environment kept in the cache; the notebooks took {cost.get('colab_run_seconds')} s on Colab's versions "
            f"and {cost.get('reference_run_seconds')} s on ours"
-           f"{' (side by side)' if cost.get('side_by_side') else ' (one after the other)'}.", "",
+           f"{' (side by side)' if cost.get('side_by_side') else ' (one after the other)'}"
+           f"{', OMP_NUM_THREADS=' + cost['omp_num_threads'] if cost.get('omp_num_threads') else ''}.", "",
            "Stderr lines are compared per cell after removing what differs between any two runs (log prefixes, "
            "install paths, line numbers in library files); leaked: a warning that the lecture test's "
            "no-leaked-warnings rule would reject.", ""]  # fmt: skip
