@@ -52,7 +52,10 @@ COLAB_PINS = (
 PREFERRED_PYTHONS = ("3.13", "3.12")  # Colab's, newest first
 CELL_TIMEOUT_S = 600
 REPORTED_PACKAGES = ("torch", "tensorflow-cpu", "keras", "numpy", "ipykernel", "nbclient", "scikit-learn")
-_GLOG = re.compile(r"^[EWIF]\d{4} [\d:.]+\s+\d+ ([\w.]+):\d+\]\s*")
+# Log prefixes: glog and torch's logging ("W1125 21:16:42.680000 2329 torch/x.py:140] [0/0] ") and Kineto's
+# ("ERROR:2026-11-25 21:12:06 30764:30764 DeviceProperties.cpp:48] "): the level and the file stay.
+_GLOG = re.compile(r"^([EWIFDC])\d{4} [\d:.]+\s+\d+ ([\w./]+):\d+\]\s*(?:\[[\d/]+\]\s?)?")
+_KINETO = re.compile(r"^([A-Z]+):\d{4}-\d\d-\d\d [\d:.]+ \d+:\d+ ([\w./]+):\d+\]\s*")
 _SITE = re.compile(r"\S*?[/\\](?:site|dist)-packages[/\\]")
 _CELL_FILE = re.compile(r"\S*ipykernel_\d+[/\\]\d+\.py")
 _LINE_NO = re.compile(r"(\.py):\d+:")
@@ -68,7 +71,8 @@ _WARNING = re.compile(r"(\w+Warning): (.*)")
 def normalise(line: str, workdir: str) -> str:
     """A stderr line without what differs between two runs of the same code: log prefixes, install paths,
     line numbers in library files, the kernel's cell file names and the temporary folder."""
-    line = _GLOG.sub(r"\1: ", line.strip())
+    line = _GLOG.sub(r"\1 \2: ", line.rstrip())
+    line = _KINETO.sub(r"\1 \2: ", line).strip()
     line = line.replace(workdir, "<workdir>")
     line = _CELL_FILE.sub("<cell>", line)
     line = _SITE.sub("", line)
@@ -105,8 +109,13 @@ def run_one(path: str, env: dict[str, str], capture: bool) -> dict:
                         text = normalise(f"{out.get('ename')}: {out.get('evalue', '')}", workdir)
                         entry["first_error"] = {"cell": index, "error": text[:300]}
                 elif out.get("name") == "stderr":
+                    previous = ""
                     for line in out.get("text", "").splitlines():
-                        if line.strip():
+                        echo = line.startswith(" ") and _WARNING.search(
+                            previous
+                        )  # the source line a warning shows
+                        previous = line
+                        if line.strip() and not echo:
                             entry["stderr"].append([index, normalise(line, workdir)])
                         found = _WARNING.search(line)
                         if found and not any(t in " ".join(found.groups()) for t in taught):

@@ -38,7 +38,19 @@ def test_lines_are_compared_without_paths_prefixes_and_line_numbers():
     glog = colab_check.normalise(
         "E0000 00:00:1764100000.123456   4242 cuda_executor.cc:1309] cuInit failed", workdir
     )
-    assert glog == "cuda_executor.cc: cuInit failed"
+    assert glog == "E cuda_executor.cc: cuInit failed"
+    torch_log = "W1125 21:16:42.680000 2329 torch/utils/cpp_extension.py:140] [0/0] No CUDA runtime is found"
+    assert (
+        colab_check.normalise(torch_log, workdir)
+        == "W torch/utils/cpp_extension.py: No CUDA runtime is found"
+    )
+    kineto = (
+        "ERROR:2026-11-25 21:12:06 30764:30764 DeviceProperties.cpp:48] gpuGetDeviceCount failed with code 35"
+    )
+    assert (
+        colab_check.normalise(kineto, workdir)
+        == "ERROR DeviceProperties.cpp: gpuGetDeviceCount failed with code 35"
+    )
     assert colab_check.normalise(f"saved {workdir}/x.pt2", workdir) == "saved <workdir>/x.pt2"
     assert colab_check.only_in([[3, "x"], [3, "x"], [4, "y"]], [[4, "y"]]) == [[3, "x"]]
 
