@@ -117,7 +117,7 @@ def run_canary(
         nbformat.write(nb, str(path))
         jobs.append(
             Job(course, aid, name, limits, frameworks_used(course, aid), isolation,
-                course.private_folders(), str(path), str(reference.compile_cache or ""))
+                course.private_folders(), str(path))
         )  # fmt: skip
     results: dict[str, Result] = {}
     try:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 READY = "DLCOURSE-CHILD-READY"
+CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x04000000, 0x08000000, 0x20000000  # besides network and mounts
 MAX_OUTPUT_CHARS = 20_000  # per cell; the rest is dropped with a note
 
 
@@ -88,6 +89,33 @@ def drop_capabilities(libc=None) -> None:
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
+def own_process_namespace() -> None:
+    """Go on as PID 1 of a new PID namespace (with its own ``/proc``), so that everything the kernel starts,
+    double-forked into new sessions included, ends when this driver ends, whatever ends it. The process
+    that made the namespace may start no threads (the driver needs zmq's), so it only waits here for its
+    child, the namespace's first process, which returns and drives the kernel."""
+    import signal
+
+    libc = _libc()
+    if libc.unshare(CLONE_NEWPID) != 0:
+        import ctypes
+
+        number = ctypes.get_errno()
+        raise OSError(number, f"unshare(CLONE_NEWPID): {os.strerror(number)}")
+    driver = os.fork()
+    if driver:  # the outer process: ends with its child, and with the grader (its death signal)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _, status = os.waitpid(driver, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    from autograder.isolation import MS_NODEV, MS_NOEXEC, MS_NOSUID, _mount
+
+    try:  # this namespace's processes only (refused where /proc is partly covered: the view stays the host's)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass
+
+
 def own_standard_streams() -> None:
     """Give this process (a kernel about to start) standard streams of its own: nothing it prints, at any
     level, reaches the pipe its driver reports on."""
@@ -112,7 +140,9 @@ def make_client(cell_timeout: float):
         """Keeps at most MAX_OUTPUT_CHARS of output per cell, so a flood cannot exhaust memory."""
 
         def output(self, outs, msg, display_id, cell_index):
-            size = sum(len(json.dumps(o.get("data", o.get("text", "")))) for o in outs)
+            size = sum(
+                len(json.dumps(o)) for o in outs
+            )  # everything an output holds: data, metadata, traceback
             if size > MAX_OUTPUT_CHARS:
                 if not any(o.get("name") == "truncated" for o in outs):
                     outs.append(
@@ -213,17 +243,11 @@ def probe(hidden: list[str], revealed: list[str]) -> int:
 
 
 def prepare_run(request) -> None:
-    """Before the kernel starts, as the submission: the run's torch.compile cache, a copy of the reference's
-    (its folders may be private tmpfs mounts that the grader cannot write into from outside)."""
-    import shutil
-
-    from autograder.protocol import COMPILE_CACHE
-
-    home = Path(request.env["HOME"])
+    """Before the kernel starts: the submission's folders (where they are not already its tmpfs mounts). Its
+    torch.compile cache starts empty: a copy of the reference run's would hand it the code that inductor
+    generated from the instructor's solutions."""
     for folder in ("work", "home", "tmp", "capture"):
         (Path(request.scratch) / folder).mkdir(exist_ok=True)
-    if request.compile_seed and Path(request.compile_seed).is_dir() and not (home / COMPILE_CACHE).exists():
-        shutil.copytree(request.compile_seed, home / COMPILE_CACHE, symlinks=True)
 
 
 def main() -> None:
@@ -238,8 +262,10 @@ def main() -> None:
 
         try:
             enter_namespaces(
-                request.hide, request.reveal, request.writable, private=request.private, owner=request.uid
-            )
+                request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
+                private=request.private, owner=request.uid,
+            )  # fmt: skip
+            own_process_namespace()
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
             sys.exit(3)

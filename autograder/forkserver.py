@@ -43,12 +43,13 @@ import threading
 import time
 from pathlib import Path
 
+from autograder.child import CLONE_NEWIPC, CLONE_NEWUTS
 from autograder.protocol import ChildRequest
 
 PACKET = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x04000000, 0x08000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 # Modules the kernel and its driver need, imported once in the parent besides the assignment's own.
 # (what ``IPKernelApp.initialize`` imports, the debugger's debugpy among them, costs 0.4 s a kernel otherwise)
 KERNEL_MODULES = (

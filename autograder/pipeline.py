@@ -23,6 +23,7 @@ import shutil
 import threading
 import time
 import traceback
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,10 +55,9 @@ class Job:
     isolation: Isolation
     private: tuple[str, ...] = ()  # folders the kernel must not see
     path: str = ""  # the notebook, when it is not in submitted/ (the canary's)
-    compile_cache: str = ""  # the reference run's torch.compile caches, copied into each run
 
     def sandbox(self, slot: int = 0) -> Sandbox:
-        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private, self.compile_cache)
+        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
 
 
 def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
@@ -286,30 +286,44 @@ def error_result(job: Job, reference: Reference | None, err: Exception) -> Resul
 
 
 WITHHELD = "[output withheld: it contains the text of a hidden test]\n"
+WITHHELD_ALL = "[outputs withheld: together, this run's outputs spell out the text of a hidden test]\n"
 
 
 def hidden_test_lines(course: Course, aid: str) -> frozenset[str]:
-    """The lines of the source's hidden tests that say something (whitespace removed, 12 characters or
-    more): an output that contains one is not shown to anyone."""
-    return _hidden_lines(str(course.source_notebook(aid)), course.source_notebook(aid).stat().st_mtime_ns)
+    """The lines of the source's hidden tests that say something (12 letters and digits or more, as
+    :func:`squeezed` reads them) and that the release does not show anyway: an output that spells one out,
+    whole or in pieces, is shown to no one."""
+    source, release = course.source_notebook(aid), course.release_notebook(aid)
+    stamps = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (source, release))
+    return _hidden_lines(str(source), str(release), stamps)
+
+
+def squeezed(text: str) -> str:
+    """``text`` as the withholding compares it: compatibility-normalised, lower case, letters and digits only
+    (so spaces, punctuation, zero-width and other invisible characters hide nothing)."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isascii() and ch.isalnum())
 
 
 @functools.lru_cache(maxsize=16)
-def _hidden_lines(path: str, _mtime: int) -> frozenset[str]:
-    nb = nbformat.read(path, as_version=4)
+def _hidden_lines(source: str, release: str, _stamps: tuple) -> frozenset[str]:
     lines: set[str] = set()
-    for cell in nb.cells:
+    for cell in nbformat.read(source, as_version=4).cells:
         inside = False
         for line in cell.source.splitlines():
             if "### BEGIN HIDDEN TESTS" in line:
                 inside = True
             elif "### END HIDDEN TESTS" in line:
                 inside = False
-            elif inside:
-                squeezed = "".join(line.split())
-                if len(squeezed) >= 12:
-                    lines.add(squeezed)
-    return frozenset(lines)
+            elif inside and len(squeezed(line)) >= 12:
+                lines.add(squeezed(line))
+    public = set()
+    if Path(release).exists():
+        public = {
+            squeezed(line)
+            for c in nbformat.read(release, as_version=4).cells
+            for line in c.source.splitlines()
+        }
+    return frozenset(lines - public)
 
 
 def _texts(value) -> list[str]:
@@ -323,9 +337,8 @@ def _texts(value) -> list[str]:
     return []
 
 
-def _shows_hidden(output: dict, hidden: frozenset[str]) -> bool:
-    squeezed = "".join("".join(_texts(output)).split())
-    return any(line in squeezed for line in hidden)
+def _spells_hidden(text: str, hidden: frozenset[str]) -> bool:
+    return any(line in text for line in hidden)
 
 
 def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]):
@@ -335,14 +348,19 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
     import copy
 
     nb = copy.deepcopy(notebook)
+    spelled = []  # every output's text, in order: pieces spread over outputs and cells are read together
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
         kept = []
         for output in outputs.get(index, []):
             output = nbformat.from_dict(output)
-            if _shows_hidden(output, hidden):
+            shown = [output.get(k) for k in ("text", "data", "ename", "evalue", "traceback")]
+            text = squeezed("".join(_texts(shown)))  # what a page shows of it (not its type or stream's name)
+            if _spells_hidden(text, hidden):
                 output = nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)
+            else:
+                spelled.append(text)
             kept.append(output)
         cell.outputs = kept
         cell.execution_count = None
@@ -351,6 +369,14 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
         except Exception:
             note = "[outputs not shown: they are not valid notebook outputs]\n"
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=note)]
+    if _spells_hidden("".join(spelled), hidden):  # in pieces: no output of this run is shown
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = (
+                    [nbformat.v4.new_output("stream", name="stdout", text=WITHHELD_ALL)]
+                    if cell.outputs
+                    else []
+                )
     return nb
 
 
@@ -382,10 +408,8 @@ def grade(
     scheduler: str | None = None,
     isolation: str | Isolation = "auto",
     on_result: Callable[[Result], None] | None = None,
-    compile_cache: bool = True,
 ) -> list[Result]:
     """Grade every submission of ``aid`` that has no current result; return all results of this run.
-    ``compile_cache=False``: runs start with an empty torch.compile cache (for measuring what it saves).
 
     Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
     the reference cannot be built, or the canary (:func:`autograder.canary.prove`) fails.
@@ -410,8 +434,7 @@ def grade(
     warm = frameworks_used(course, aid)
     inputs = source_inputs(course.read_source(aid))
     private = course.private_folders()
-    cache = str(reference.compile_cache or "") if compile_cache else ""
-    jobs = [Job(course, aid, sid, limits, warm, isolation, private, "", cache) for sid in todo]
+    jobs = [Job(course, aid, sid, limits, warm, isolation, private) for sid in todo]
     results: list[Result] = []
     with Recorder(course.db_url) as recorder:
 

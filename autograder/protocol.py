@@ -58,7 +58,6 @@ class ChildRequest:
     writable: tuple[str, ...] = ()
     # folders given a size-limited tmpfs of their own inside the namespaces: {path: bytes}
     private: dict = field(default_factory=dict)
-    compile_seed: str = ""  # a folder whose copy becomes the run's torch.compile cache (trusted)
     probe: bool = False
 
     @property
@@ -162,7 +161,7 @@ class ChildReport:
     def parse(cls, header: bytes, data: bytes) -> ChildReport:
         """Decode a frame's two parts; raise ValueError when it is not a report."""
         try:
-            raw = json.loads(header.decode("utf-8", errors="replace"))
+            raw = _text_that_encodes(json.loads(header.decode("utf-8", errors="replace")))
         except RecursionError:
             raise ValueError("the report is nested too deeply") from None
         if not isinstance(raw, dict) or raw.get("version") != PROTOCOL_VERSION:
@@ -205,6 +204,18 @@ class ChildReport:
                     self.problems.append(f"{name}: unreadable data ({type(err).__name__})")
                     continue
             (capture / name).write_bytes(data)
+
+
+def _text_that_encodes(value):
+    """``value`` with every string made encodable as UTF-8 (a lone surrogate, which JSON can carry, becomes
+    "?"), so that no page or notebook the grader writes from it can fail to be written."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [_text_that_encodes(v) for v in value]
+    if isinstance(value, dict):
+        return {_text_that_encodes(k): _text_that_encodes(v) for k, v in value.items()}
+    return value
 
 
 class ReportReader:

@@ -30,7 +30,6 @@ import nbformat
 import numpy as np
 
 from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
-from autograder.protocol import COMPILE_CACHE
 from dlcourse.grading import Case, compare, load_cases
 
 CELLS_FILE = "cells.json"
@@ -70,12 +69,6 @@ class Reference:
     @property
     def digest(self) -> str:
         return (self.directory / STAMP_FILE).read_text()
-
-    @property
-    def compile_cache(self) -> Path | None:
-        """torch.compile's caches as the source's run left them (None when it compiled nothing)."""
-        folder = self.directory / COMPILE_CACHE
-        return folder if folder.is_dir() else None
 
 
 def environment() -> dict[str, str]:
@@ -262,7 +255,6 @@ def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int):
         warm=frameworks_used(course, aid),
         isolation=isolation,
         private=course.private_folders(),
-        trusted=True,
     )
     sandbox.start()
     return sandbox, sandbox.run(nb, files=course.source_notebook(aid).parent)
@@ -327,9 +319,6 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(capture, target)
-        compiled = runs[1][0].scratch / "home" / COMPILE_CACHE  # the source's own run: trusted
-        if compiled.is_dir() and any(compiled.iterdir()):  # the source used torch.compile
-            shutil.copytree(compiled, target / COMPILE_CACHE, symlinks=True)
     finally:
         for sandbox, _ in runs.values():
             sandbox.cleanup()

@@ -33,7 +33,7 @@ import nbformat
 
 from autograder import launchers
 from autograder.child import READY
-from autograder.isolation import Isolation, probe_report, resolve
+from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
 from autograder.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
 from autograder.visibility import Visibility
 from autograder.watchdog import Watchdog
@@ -110,14 +110,8 @@ class Sandbox:
         warm: tuple[str, ...] = ("numpy",),
         isolation: Isolation | None = None,
         private: tuple[str, ...] = (),
-        compile_cache: str = "",
-        trusted: bool = False,
     ):
         self.limits, self.slot, self.warm = limits, slot, warm
-        # the source's own run (the reference): its home stays on disk, for the grader to keep its
-        # torch.compile caches; a submission's home is a private tmpfs like its other folders
-        self.trusted = trusted
-        self.compile_cache = compile_cache  # the reference run's torch.compile caches, copied in (trusted)
         self.isolation = isolation or resolve("auto")
         self.private = private  # folders no kernel may see (the course, the grader's workspace)
         # grader-owned, readable by all: the child's folders below it are the submission's
@@ -138,9 +132,6 @@ class Sandbox:
     def forked(self) -> bool:
         return self.isolation.runner == "fork"
 
-    def private_folders(self) -> tuple[str, ...]:
-        return tuple(f for f in PRIVATE if not (self.trusted and f == "home"))
-
     def request(self, probe: bool = False) -> ChildRequest:
         """What the child gets, whichever launcher starts it (see :class:`autograder.protocol.ChildRequest`)."""
         namespaces = self.isolation.namespaces and self.isolation.mode != "bubblewrap"
@@ -151,9 +142,9 @@ class Sandbox:
             cell_timeout=self.limits.cell_timeout, threads=self.limits.threads, warm=tuple(self.warm),
             uid=self.uid, nproc=self.limits.nproc if self.uid is not None else None, namespaces=namespaces,
             hide=tuple(view.hidden()), reveal=tuple(view.revealed()), writable=(str(self.scratch),),
-            private={str(self.scratch / f): self.limits.disk_mb * 2**20 for f in self.private_folders()}
+            private={str(self.scratch / f): self.limits.disk_mb * 2**20 for f in PRIVATE}
             if sandboxed else {},
-            compile_seed=str(self.scratch / "seed") if (self.scratch / "seed").is_dir() else "", probe=probe,
+            probe=probe,
         )  # fmt: skip
 
     def command(self, probe: bool = False) -> list[str]:
@@ -180,16 +171,11 @@ class Sandbox:
 
     def prepare(self) -> None:
         """The run's folders: the submission's own (work, home, tmp, capture: private tmpfs mounts inside the
-        namespaces), and the grader's (input, seed), which the submission can read but not change."""
+        namespaces), and the grader's (input), which the submission can read but not change."""
         for sub in PRIVATE:
             (self.scratch / sub).mkdir(exist_ok=True)
             if self.uid is not None:
                 os.chown(self.scratch / sub, self.uid, self.uid)
-        # A private copy for this run: a correct solution compiles from the reference's cache, and nothing a
-        # student's code writes there reaches anyone else's run.
-        seed = self.scratch / "seed"
-        if self.compile_cache and Path(self.compile_cache).is_dir() and not seed.exists():
-            shutil.copytree(self.compile_cache, seed, symlinks=True)
 
     def start(self) -> Sandbox:
         self.prepare()
@@ -238,7 +224,9 @@ class Sandbox:
             self.kill()
             why = "the sandbox's kernel did not start (no student code ran)"
             return Outcome("error", time.monotonic() - start, self.results, detail=self._tail(why))
-        watchdog = Watchdog(self.process, self.limits, self.forked, self.uid)
+        sandboxed = self.isolation.namespaces or self.isolation.mode == "bubblewrap"
+        folders = (*(str(self.scratch / f) for f in PRIVATE), *SHARED_TEMP) if sandboxed else ()
+        watchdog = Watchdog(self.process, self.limits, self.forked, self.uid, folders)
         try:
             self.process.stdin.write(f"{path}\n".encode())
             self.process.stdin.flush()

@@ -69,16 +69,48 @@ def tampered_public_check(
         return True
     trusted = reference.cases[name]
     if trusted.kind in ("range", "accuracy", "model_accuracy"):  # bounds or labels, not a value
-        return compare(trusted, None, values[name]) is not None
+        return safe_compare(trusted, None, values[name]) is not None
     expected = load_expected(capture, cases[name])
-    return expected is None or compare(trusted, expected, values[name]) is not None
+    return expected is None or safe_compare(trusted, expected, values[name]) is not None
+
+
+def safe_compare(case: Case, reference, got) -> str | None:
+    """:func:`compare` on a value the student's run recorded: whatever that value makes numpy do, the case
+    fails with a reason; it never becomes the grader's error."""
+    try:
+        return compare(case, reference, got)
+    except Exception as err:  # noqa: BLE001  (the data is the student's; any failure is theirs)
+        return f"{case.name}: the recorded value cannot be compared ({type(err).__name__})"
 
 
 def case_problem(reference: Reference, values: dict, name: str, entry: dict | None) -> str:
-    """Why the case ``name`` fails ("" when it passes), in plain words."""
+    """Why the case ``name`` fails ("" when it passes), in plain words. A hidden case's message never shows
+    the reference's value: only that (and roughly how) it differs."""
     if name not in values:
         return f"{name}: {_why_missing(entry)}"
-    return compare(reference.cases[name], reference.values[name], values[name]) or ""
+    case = reference.cases[name]
+    problem = safe_compare(case, reference.values[name], values[name]) or ""
+    if problem and not case.public and case.kind in ("close", "equal"):
+        return hidden_message(case, reference.values[name], values[name])
+    return problem
+
+
+def hidden_message(case: Case, expected, got) -> str:
+    """What a student may read of a failed hidden case: its name and the shape of what went wrong, never the
+    expected values (they are the reference solution's answers)."""
+    import numpy as np
+
+    got, expected = np.asarray(got), np.asarray(expected)
+    if got.shape != expected.shape:
+        return f"{case.name}: a result of shape {got.shape} where the reference solution's has another shape"
+    if case.kind == "close" and got.dtype.kind in "biufc" and expected.dtype.kind in "biufc" and got.size:
+        try:
+            wrong = int(np.sum(~np.isclose(got, expected, rtol=case.params.get("rtol", 1e-5),
+                                           atol=case.params.get("atol", 1e-8))))  # fmt: skip
+            return f"{case.name}: {wrong} of {got.size} entries differ from the reference solution's on hidden inputs"
+        except (TypeError, ValueError):
+            pass
+    return f"{case.name}: differs from the reference solution's result on hidden inputs (values not shown)"
 
 
 def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:

@@ -4,6 +4,7 @@ driver still sends the report of what ran before."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -11,8 +12,12 @@ import psutil
 
 
 class Watchdog:
-    def __init__(self, process, limits, forked: bool, uid: int | None):
+    """``folders``: the run's own in-memory file systems (its tmpfs mounts, seen through its driver's root):
+    what they hold is memory too, and counts against the memory limit with the processes' own."""
+
+    def __init__(self, process, limits, forked: bool, uid: int | None, folders: tuple[str, ...] = ()):
         self.process, self.limits, self.forked, self.uid = process, limits, forked, uid
+        self.folders = folders
         self.peak_rss = 0
         self._scans = 0
         self._runner: set[int] | None = None
@@ -67,12 +72,16 @@ class Watchdog:
         if self.root is None or self.forked:
             return self.root
         try:
-            for proc in [self.root, *self.root.children(recursive=True)]:
-                if proc.cmdline()[1:3] == ["-m", "autograder.child"]:  # (bubblewrap's own names it later)
-                    return proc
+            found = [
+                p
+                for p in [self.root, *self.root.children(recursive=True)]
+                if p.cmdline()[1:3] == ["-m", "autograder.child"]  # (bubblewrap's own names it later)
+            ]
         except psutil.Error:
-            pass
-        return None
+            return None
+        # with namespaces, the child forks itself once (the outer process waits, the inner one drives)
+        inner = [p for p in found if p.ppid() in {q.pid for q in found}]
+        return (inner or found or [None])[0]
 
     def tree_usage(self) -> tuple[int, int]:
         """Processes and total resident memory of everything the child started, escaped ones included."""
@@ -89,7 +98,7 @@ class Watchdog:
                 for p in psutil.process_iter(["uids"])
                 if p.pid not in known and p.info["uids"] and p.info["uids"].real == self.uid
             ]
-        rss = 0
+        rss = self.held_in_folders()
         runner = self._runner_pids()
         for proc in procs:
             if proc.pid in runner:  # the forked runner's own: they hold the warm parent's pages, and no
@@ -99,6 +108,22 @@ class Watchdog:
             except psutil.Error:
                 pass
         return len(procs), rss
+
+    def held_in_folders(self) -> int:
+        """Bytes the run's tmpfs mounts hold, read through ``/proc/<driver>/root`` (its mount namespace)."""
+        if not self.folders:
+            return 0
+        driver = self._driver()
+        if driver is None:
+            return 0
+        held = 0
+        for folder in self.folders:
+            try:
+                stats = os.statvfs(f"/proc/{driver.pid}/root{folder}")
+            except OSError:
+                continue
+            held += (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+        return held
 
     def _runner_pids(self) -> set[int]:
         """For a forked child: the child, its PID namespace's outer process and init (the chain down to

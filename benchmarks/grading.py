@@ -203,7 +203,7 @@ def autograder_limits(workers: int) -> Limits:
 def grade_with_autograder(
     course: Course, aid: str, workers: int, students: list[str] | None = None, **options
 ) -> tuple[dict, list[dict]]:
-    """``options``: ``isolation`` (default: what ``auto`` resolves to) and ``compile_cache``."""
+    """``options``: ``isolation`` (default: what ``auto`` resolves to)."""
     isolation = options.pop("isolation", resolve("auto"))
     start = time.perf_counter()
     with MemorySampler() as memory:
@@ -575,13 +575,9 @@ def measure_a4(workers: int) -> dict:
             write_submissions(course, aid, made)
             prove(course, aid, autograder_limits(workers), resolve("auto"), workers)
             spawn = resolve("basic", "spawn") if resolve("auto").mode == "basic" else resolve("bubblewrap")
-            ways = {"forked, compile cache (default)": {}}
+            ways = {"forked (default)": {}}
             if aid == "A4":
-                ways = {
-                    "spawned, no compile cache": {"isolation": spawn, "compile_cache": False},
-                    "forked, no compile cache": {"compile_cache": False},
-                    **ways,
-                }
+                ways = {"spawned": {"isolation": spawn}, **ways}
             for name, options in ways.items():
                 log(f"{aid}: {name}, {len(made)} submissions")
                 result, rows = grade_with_autograder(course, aid, workers, **options)

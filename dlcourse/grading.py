@@ -65,6 +65,7 @@ CAPTURE_ENV = "DLCOURSE_CAPTURE"
 REFERENCE_ENV = "DLCOURSE_REFERENCE"
 CASES_FILE = "cases.jsonl"
 MAX_CASE_ELEMENTS = 2_000_000  # a case is a result to compare, not a data dump
+PLAIN_KINDS = "biufcUS"  # the dtype kinds a recorded value may have (no objects, records, dates)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,120}$")
 
 _current_cell: str | None = None
@@ -182,7 +183,7 @@ def load_cases(
             cell = entry.get("cell")
             if not isinstance(params, dict) or not NAME_PATTERN.match(name):
                 raise ValueError("bad name or parameters")
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             problems.append(f"line {number} of the results index is malformed")
             continue
         if name in cases:
@@ -198,10 +199,14 @@ def load_cases(
             problems.append("recorded results exceed the size limit; the rest were ignored")
             break
         try:
-            values[name] = np.load(path, allow_pickle=False)
+            value = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as err:
             problems.append(f"case {name!r}: unreadable data ({type(err).__name__})")
             continue
+        if value.dtype.kind not in PLAIN_KINDS:  # what a check records: numbers, booleans, text
+            problems.append(f"case {name!r}: a value of dtype {value.dtype} is not plain data")
+            continue
+        values[name] = value
         expected = entry.get("expected")
         expected = (
             expected if isinstance(expected, str) and re.fullmatch(r"\d{4,6}e\.npy", expected) else None
@@ -227,9 +232,10 @@ def load_expected(directory: Path | str, case: Case) -> np.ndarray | None:
     try:
         if path.stat().st_size > 64 * 2**20:
             return None
-        return np.load(path, allow_pickle=False)
+        value = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError):
         return None
+    return value if value.dtype.kind in PLAIN_KINDS else None
 
 
 # ----------------------------------------------------------------------------- comparing

@@ -4,6 +4,7 @@ notebooks, as data), reading the child's run summary, and the status table every
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -252,31 +253,24 @@ def test_a_failing_hidden_case_costs_only_its_share(tmp_path):
     assert (old.points, old.groups) == (0.0, [])
 
 
-def test_each_run_gets_its_own_copy_of_the_reference_compile_cache(tmp_path):
-    """torch.compile in a student's run starts from the reference run's cache, and what it writes there
-    stays in its own scratch."""
+def test_no_run_is_handed_a_compile_cache_and_every_run_has_its_own_home(tmp_path):
+    """torch.compile's cache from the reference run would hold code inductor generated from the solutions:
+    no run gets one; each compiles into its own home, gone with it."""
     from autograder.isolation import Isolation
-    from autograder.protocol import COMPILE_CACHE
-    from autograder.sandbox import Limits, Sandbox, _kernel_env
+    from autograder.protocol import COMPILE_CACHE, ChildRequest
+    from autograder.sandbox import Limits, Sandbox
 
-    cache = tmp_path / "reference" / COMPILE_CACHE
-    (cache / "fxgraph").mkdir(parents=True)
-    (cache / "fxgraph" / "entry").write_text("compiled")
-    runs = [Sandbox(Limits(), isolation=Isolation("basic"), compile_cache=str(cache)) for _ in range(2)]
+    assert "compile_seed" not in ChildRequest.__dataclass_fields__
+    runs = [Sandbox(Limits(), isolation=Isolation("basic")) for _ in range(2)]
     try:
         for run in runs:
             run.prepare()
-        own = [run.scratch / "seed" for run in runs]  # the driver copies it into the run's home
-        assert [(c / "fxgraph" / "entry").read_text() for c in own] == ["compiled", "compiled"]
-        (own[0] / "fxgraph" / "entry").write_text("poisoned")
-        assert (
-            (own[1] / "fxgraph" / "entry").read_text()
-            == (cache / "fxgraph" / "entry").read_text()
-            == "compiled"
+        caches = [run.request().env["TORCHINDUCTOR_CACHE_DIR"] for run in runs]
+        assert caches[0] != caches[1]
+        assert all(
+            c == str(r.scratch / "home" / COMPILE_CACHE) and not Path(c).exists()
+            for c, r in zip(caches, runs)
         )
-        env = _kernel_env(runs[0].scratch, Limits())
-        assert env["TORCHINDUCTOR_CACHE_DIR"] == str(runs[0].scratch / "home" / COMPILE_CACHE)
-        assert runs[0].request().compile_seed == str(own[0])
     finally:
         for run in runs:
             run.cleanup()
