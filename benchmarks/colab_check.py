@@ -308,7 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks.colab_check", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--inner", help=argparse.SUPPRESS)
-    parser.add_argument("--only", nargs="*", help="run only notebooks whose path contains one of these")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        help="run only notebooks whose path contains one of these (printed, not recorded)",
+    )
     parser.add_argument("--side-by-side", action="store_true",
                         help="run both environments at the same time (faster; each one's times then include the other's load)")  # fmt: skip
     parser.add_argument("--no-record", action="store_true", help="print, write nothing into benchmarks/")
@@ -385,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = len(row["stderr_only_colab"])
         log(f"{row['notebook']:<40} {state}; {c['seconds']} s (reference {row['reference']['seconds']} s); "
             f"{extra} stderr line(s) only on Colab's versions, {len(row['leaked_colab'])} leaked warning(s)")  # fmt: skip
-    if args.no_record:
+    if args.no_record or args.only:  # a partial check is printed, never recorded over a full one
         print(json.dumps(run, indent=1))
         return 0
     out = ROOT / "benchmarks" / "results" / f"colab-check-{started}.json"
