@@ -48,7 +48,8 @@ def attention_kernels(fn: Callable[[], object]) -> list[str]:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    # acc_events: one cycle, the same events; torch 2.11 warns without it that it clears them each cycle
+    with profile(activities=[ProfilerActivity.CPU], acc_events=True) as prof:
         fn()
     names: list[str] = []
     for event in prof.events():
