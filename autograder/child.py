@@ -126,7 +126,7 @@ def own_standard_streams() -> None:
 
 
 def _kernel_preexec() -> None:
-    """In a spawned kernel before exec: its own session, dead with the driver."""
+    """In a spawned kernel before exec: dead with the driver (it runs no code of the grader's after this)."""
     import signal
 
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
