@@ -263,7 +263,7 @@ def main() -> None:
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
-                private=request.private, owner=request.uid,
+                private=request.private, owner=request.uid, temp_size=request.temp_size,
             )  # fmt: skip
             own_process_namespace()
         except OSError as err:

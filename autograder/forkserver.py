@@ -348,7 +348,7 @@ def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
-                private=request.private, owner=request.uid,
+                private=request.private, owner=request.uid, temp_size=request.temp_size,
             )  # fmt: skip
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)

@@ -203,7 +203,13 @@ def _inside(path: Path, folders: list[Path]) -> bool:
 
 
 def enter_namespaces(
-    hide, reveal, writable=(), extra: int = 0, private: dict | None = None, owner: int | None = None
+    hide,
+    reveal,
+    writable=(),
+    extra: int = 0,
+    private: dict | None = None,
+    owner: int | None = None,
+    temp_size: int = 256 * 2**20,
 ) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
@@ -232,7 +238,7 @@ def enter_namespaces(
     for path in hidden:
         if str(path) in SHARED_TEMP:  # an empty temporary folder of its own, writable as /tmp always is
             path.mkdir(parents=True, exist_ok=True)  # (in the tmpfs that now covers its parent)
-            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=256m")
+            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(temp_size)}")
         elif path.is_dir():
             _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         else:

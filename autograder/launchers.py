@@ -24,7 +24,7 @@ def command(request: ChildRequest, isolation, visibility: Visibility) -> list[st
     if isolation.mode != "bubblewrap":
         return child
     private = {} if request.probe else dict(request.private)
-    return [*bubblewrap_args(visibility, isolation.bwrap, private), *child]
+    return [*bubblewrap_args(visibility, isolation.bwrap, private, request.temp_size), *child]
 
 
 def spawn(argv: list[str], request: ChildRequest) -> subprocess.Popen:

@@ -58,6 +58,7 @@ class ChildRequest:
     writable: tuple[str, ...] = ()
     # folders given a size-limited tmpfs of their own inside the namespaces: {path: bytes}
     private: dict = field(default_factory=dict)
+    temp_size: int = 256 * 2**20  # bytes each of its own /tmp, /var/tmp and /dev/shm may hold
     probe: bool = False
 
     @property

@@ -142,10 +142,15 @@ class Sandbox:
             cell_timeout=self.limits.cell_timeout, threads=self.limits.threads, warm=tuple(self.warm),
             uid=self.uid, nproc=self.limits.nproc if self.uid is not None else None, namespaces=namespaces,
             hide=tuple(view.hidden()), reveal=tuple(view.revealed()), writable=(str(self.scratch),),
-            private={str(self.scratch / f): self.limits.disk_mb * 2**20 for f in PRIVATE}
-            if sandboxed else {},
+            private={str(self.scratch / f): self.folder_bytes() for f in PRIVATE} if sandboxed else {},
+            temp_size=self.folder_bytes(),
             probe=probe,
         )  # fmt: skip
+
+    def folder_bytes(self) -> int:
+        """The size of each of the run's in-memory folders (its four own, and its /tmp, /var/tmp, /dev/shm):
+        all seven together hold at most half its memory limit, and none more than ``disk_mb``."""
+        return min(self.limits.disk_mb * 2**20, self.limits.memory_mb * 2**20 // 2 // 7)
 
     def command(self, probe: bool = False) -> list[str]:
         """A spawned child's program (see :mod:`autograder.launchers`)."""

@@ -64,16 +64,18 @@ class Visibility:
         return sorted(str(p) for p in needed)
 
 
-def bubblewrap_args(visibility: Visibility, bwrap: str, private: dict[str, int]) -> list[str]:
+def bubblewrap_args(visibility: Visibility, bwrap: str, private: dict[str, int], temp_size: int) -> list[str]:
     """bubblewrap's arguments for the same view, up to ``--``: only what a kernel needs is there, read-only
     (the system's programs and libraries, the Python environment, the course's code); everything else (this
     and every other course directory, home folders, other submissions, the gradebook) does not exist inside.
-    ``private``: the submission's folders, each a size-limited tmpfs ``{path: bytes}``."""
+    ``private``: the submission's folders, each a size-limited tmpfs ``{path: bytes}``; ``temp_size``: the size of
+    its /tmp and /dev/shm."""
     scratch = visibility.scratch
     args = [
         bwrap, "--die-with-parent", "--new-session",
         "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-        "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+        "--dev", "/dev", "--proc", "/proc",
+        "--size", str(temp_size), "--tmpfs", "/tmp", "--size", str(temp_size), "--tmpfs", "/dev/shm",
     ]  # fmt: skip
     for system in SYSTEM_DIRS:
         if Path(system).exists():

@@ -335,8 +335,9 @@ def test_memory_held_in_the_runs_folders_counts_against_its_memory_limit(tmp_pat
         o.get("text", "") for c in executed.cells for o in c.get("outputs", []) if "held" in o.get("text", "")
     ]
     held = int(printed[0].split()[1]) if printed else 0
-    # stopped for memory, or never allowed to hold more than its limit
-    assert result.status == "memory" or held + (result.peak_memory_mb or 0) <= limits.memory_mb, (
+    # stopped for memory, or never able to hold more than half its limit in memory folders (by their sizes),
+    # beside its processes' memory (limited to the other half's worth by the watchdog and RLIMIT_AS)
+    assert result.status == "memory" or held <= limits.memory_mb // 2, (
         result.status,
         held,
         result.peak_memory_mb,
