@@ -123,8 +123,8 @@ def repair_stage(g: Grading) -> bool:
     g.repaired = repair(g.course, g.job.aid, g.path)
     g.result.notes = g.repaired.notes
     if g.repaired.fatal:
-        # an earlier hand-in's kept run must not decide this one on a regrade
-        shutil.rmtree(g.course.kept_run(g.job.aid, g.job.sid), ignore_errors=True) if not g.job.path else None
+        if not g.job.path:  # an earlier hand-in's kept run must not decide this one on a regrade
+            shutil.rmtree(g.course.kept_run(g.job.aid, g.job.sid), ignore_errors=True)
         g.result.status, g.result.reason = "unreadable", g.repaired.fatal
         g.result.cells = [
             CellResult(gid, 0.0, cell["points"], False, g.repaired.fatal)

@@ -21,6 +21,7 @@ class Watchdog:
         self.peak_rss = 0
         self._scans = 0
         self._runner: set[int] | None = None
+        self._inside = None  # a process inside the run's mount namespace, once found (it stays)
         try:
             self.root = psutil.Process(process.pid)
         except psutil.NoSuchProcess:
@@ -113,13 +114,14 @@ class Watchdog:
         """Bytes the run's tmpfs mounts hold, read through ``/proc/<driver>/root`` (its mount namespace)."""
         if not self.folders:
             return 0
-        driver = self._driver()
-        if driver is None:
+        if self._inside is None:  # any driver process will do: they all share the run's mounts
+            self._inside = self._driver()
+        if self._inside is None:
             return 0
         held = 0
         for folder in self.folders:
             try:
-                stats = os.statvfs(f"/proc/{driver.pid}/root{folder}")
+                stats = os.statvfs(f"/proc/{self._inside.pid}/root{folder}")
             except OSError:
                 continue
             held += (stats.f_blocks - stats.f_bfree) * stats.f_frsize
