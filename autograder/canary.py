@@ -82,8 +82,10 @@ def probe_isolation(course: Course, limits: Limits, isolation: Isolation) -> dic
     return report
 
 
-def canary_key(reference: Reference, limits: Limits, isolation: Isolation, workers: int) -> str:
-    text = json.dumps([reference.digest, asdict(limits), asdict(isolation), workers], sort_keys=True)
+def canary_key(
+    reference: Reference, limits: Limits, isolation: Isolation, workers: int, strict: bool = True
+) -> str:
+    text = json.dumps([reference.digest, asdict(limits), asdict(isolation), workers, strict], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -107,14 +109,12 @@ def run_canary(
 
     (course.work / "canary").mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
-    notebooks = {
-        "solutions": filled(course, aid),
-        "release": untouched(course, aid),
-    }
     jobs = []
-    for name, nb in notebooks.items():
-        path = folder / f"{name}.ipynb"
-        nbformat.write(nb, str(path))
+    for name, make in (("solutions", filled), ("release", untouched)):
+        path = folder / name
+        path.mkdir()
+        for nb in course.notebooks(aid):
+            nbformat.write(make(course, aid, nb=nb), str(path / f"{nb}.ipynb"))
         jobs.append(
             Job(course, aid, name, limits, frameworks_used(course, aid), isolation,
                 course.private_folders(), str(path))
@@ -127,8 +127,9 @@ def run_canary(
     return results
 
 
-def canary_problems(results: dict[str, Result], limits: Limits) -> list[str]:
-    """What the canary's two runs show is wrong, in plain words with the fix; [] when it passed."""
+def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = True) -> list[str]:
+    """What the canary's two runs show is wrong, in plain words with the fix; [] when it passed. Not
+    ``strict``, an untouched release that scores is not a problem (see :func:`release_warnings`)."""
     lines = []
     solutions, release = results["solutions"], results["release"]
     if solutions.status != "graded" or solutions.score != solutions.max_score:
@@ -155,8 +156,8 @@ def canary_problems(results: dict[str, Result], limits: Limits) -> list[str]:
             lines.append("  detail: " + solutions.detail.strip().replace("\n", "\n    ")[-800:])
     if release.is_error:
         lines.append(f"the untouched release could not be graded: {release.reason}")
-    elif release.score != 0:
-        passing = [c.grade_id for c in release.cells if c.passed]
+    elif release.score != 0 and strict:
+        passing = [c.grade_id for c in release.cells if c.points > 0]
         lines.append(
             f"the untouched release got {release.score:g} points: the tests of {', '.join(passing)} pass "
             "without an answer (fix: make their hidden cases test the student's code)"
@@ -164,21 +165,47 @@ def canary_problems(results: dict[str, Result], limits: Limits) -> list[str]:
     return lines
 
 
+def release_warnings(results: dict[str, Result]) -> list[str]:
+    """The cells an untouched release earns points in, where the canary is not strict: reported, not refused."""
+    release = results["release"]
+    if release.is_error or release.score == 0:
+        return []
+    passing = [
+        f"{c.notebook + '.ipynb: ' if c.notebook else ''}{c.grade_id} ({c.points:g})"
+        for c in release.cells
+        if c.points > 0
+    ]
+    return [
+        f"the untouched release earns {release.score:g} of {release.max_score:g} points without an answer, in "
+        + ", ".join(passing)
+        + " (these tests pass with no answer; `--strict-canary` refuses such an assignment)"
+    ]
+
+
+def is_strict(reference: Reference, asked: bool) -> bool:
+    """The release must earn 0 when asked, and always where every test is checked outside the kernel (this
+    course's assignments): a test that passes with no answer is then a mistake in the source."""
+    return asked or all(c.get("decided", "outside") == "outside" for c in reference.cells.values())
+
+
 def prove(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int
+    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int, strict: bool = False
 ) -> tuple[Reference, dict]:
     """Probe, build the reference, run the canary (or find it passed in the cache); return the reference
-    and the canary's record."""
+    and the canary's record. The source's solutions must earn full marks; the untouched release 0 where the
+    rule is strict (:func:`is_strict`), else what it earns is listed in the record's ``warnings``."""
     probe_isolation(course, limits, isolation)
     reference = build_reference(course, aid, limits=limits, isolation=isolation)
-    key = canary_key(reference, limits, isolation, workers)
+    strict = is_strict(reference, strict)
+    key = canary_key(reference, limits, isolation, workers, strict)
     cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
         return reference, cached
     started = time.monotonic()
     results = run_canary(course, aid, reference, limits, isolation, workers)
-    problems = canary_problems(results, limits)
+    problems = canary_problems(results, limits, strict)
     record = {
+        "warnings": [] if strict else release_warnings(results),
         "key": key,
         "passed": not problems,
         "problems": problems,

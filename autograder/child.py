@@ -151,10 +151,27 @@ def make_client(cell_timeout: float):
                 return None
             return super().output(outs, msg, display_id, cell_index)
 
+    def error_from_reply(cell, cell_index, execute_reply, **_):
+        """As nbgrader's own Execute does: a cell whose reply says it failed gets an error output even where
+        the notebook stopped the kernel from showing one (``showtraceback`` replaced)."""
+        content = (execute_reply or {}).get("content", {})
+        if content.get("status") != "error":
+            return
+        ename = content.get("ename")
+        if any(o.get("output_type") == "error" and o.get("ename") == ename for o in cell.get("outputs", [])):
+            return
+        cell.setdefault("outputs", []).append(
+            nbformat.v4.new_output(
+                "error", ename=str(ename), evalue=str(content.get("evalue", "")),
+                traceback=["ERROR: an error occurred while the notebook had disabled showing it"],
+            )
+        )  # fmt: skip
+
     nb = nbformat.v4.new_notebook()
     return LimitedClient(
-        nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=False
-    )
+        nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=False,
+        on_cell_executed=error_from_reply,
+    )  # fmt: skip
 
 
 def short(text: str, limit: int = 2000) -> str:
@@ -317,8 +334,12 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
     path = Path(sys.stdin.readline().strip())
     if not path.name:
         os._exit(0)
-    for item in path.parent.iterdir():  # the assignment's files (data, helpers), chosen by the grader
-        if item.is_file() and item != path:
+    for (
+        item
+    ) in path.parent.iterdir():  # the assignment's files (data, helpers, folders), chosen by the grader
+        if item.is_dir() and not item.is_symlink():
+            shutil.copytree(item, scratch / "work" / item.name, symlinks=True, dirs_exist_ok=True)
+        elif item.is_file() and item != path:
             shutil.copy(item, scratch / "work" / item.name)
     nb = nbformat.read(path, as_version=4)
     started = time.perf_counter()

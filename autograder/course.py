@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -24,13 +25,19 @@ class Course:
     )
     cache_root: Path | None = None  # references and canaries; a throwaway copy shares its origin's
 
+    def _folder(self, name: str, default: str) -> Path:
+        """A folder of the layout, as the course's ``CourseDirectory.<name>`` names it."""
+        configured = self.config.CourseDirectory.get(name)
+        return self.root / (configured if isinstance(configured, str) and configured else default)
+
     @property
     def source(self) -> Path:
-        return self.root / "source"
+        return self._folder("source_directory", "source")
 
     @property
     def release(self) -> Path:
-        return self.root / "assignments"
+        """Releases: ``assignments/`` in this course, nbgrader's ``release/`` by default."""
+        return self._folder("release_directory", "release")
 
     @property
     def work(self) -> Path:
@@ -48,20 +55,62 @@ class Course:
         return self.cache / "reference"
 
     # ----------------------------------------------------------------- one home for each path of the layout
+    #
+    # An assignment is a folder ``source/<aid>/`` of any number of notebooks with any names, plus the files
+    # they read (data, images, helper modules), as nbgrader has it. This course's own assignments are one
+    # notebook each, named as the assignment: where a notebook is not named, that one is meant (or the
+    # assignment's only notebook).
 
-    def submission(self, aid: str, sid: str) -> Path:
-        """Where nbgrader (and ``collect``) keep a student's hand-in."""
-        return self.root / "submitted" / sid / aid / f"{aid}.ipynb"
+    def notebooks(self, aid: str) -> list[str]:
+        """The names (without ``.ipynb``) of the assignment's notebooks, as nbgrader finds them: the
+        notebooks at the top of ``source/<aid>/``."""
+        folder = self.source / aid
+        if not folder.is_dir():
+            return []
+        return sorted(p.stem for p in folder.glob("*.ipynb") if p.is_file() and not p.name.startswith("."))
 
-    def submitted(self, aid: str) -> dict[str, Path]:
-        """Student id -> hand-in, for every student who has handed in ``aid``."""
-        base = self.root / "submitted"
-        paths = sorted(base.glob(f"*/{aid}/{aid}.ipynb")) if base.is_dir() else []
+    def notebook(self, aid: str, nb: str | None = None) -> str:
+        """``nb``, or the notebook meant when none is named: the one named as the assignment, else its only
+        notebook; an assignment of several notebooks needs the name."""
+        if nb is not None:
+            return nb
+        names = self.notebooks(aid)
+        if aid in names or not names:
+            return aid
+        if len(names) == 1:
+            return names[0]
+        raise ValueError(f"{aid} has {len(names)} notebooks ({', '.join(names)}): name the one meant")
+
+    def submission_folder(self, aid: str, sid: str) -> Path:
+        """Where nbgrader (and ``collect``) keep a student's hand-in: its notebooks and other files."""
+        return self._folder("submitted_directory", "submitted") / sid / aid
+
+    def submission(self, aid: str, sid: str, nb: str | None = None) -> Path:
+        """One notebook of a student's hand-in."""
+        return self.submission_folder(aid, sid) / f"{self.notebook(aid, nb)}.ipynb"
+
+    def submitted(self, aid: str, nb: str | None = None) -> dict[str, Path]:
+        """Student id -> the hand-in's notebook ``nb``, for every student who has handed it in."""
+        base, name = self._folder("submitted_directory", "submitted"), self.notebook(aid, nb)
+        paths = sorted(base.glob(f"*/{aid}/{name}.ipynb")) if base.is_dir() else []
         return {path.parent.parent.name: path for path in paths}
 
-    def executed(self, aid: str, sid: str) -> Path:
+    def handed_in(self, aid: str) -> dict[str, Path]:
+        """Student id -> hand-in folder, for every student who has handed in any notebook of ``aid``."""
+        base, names = self._folder("submitted_directory", "submitted"), set(self.notebooks(aid)) or {aid}
+        folders = sorted(base.glob(f"*/{aid}")) if base.is_dir() else []
+        return {
+            f.parent.name: f
+            for f in folders
+            if f.is_dir()
+            and any((f / f"{name}.ipynb").exists() or (f / f"{name}.ipynb").is_symlink() for name in names)
+        }
+
+    def executed(self, aid: str, sid: str, nb: str | None = None) -> Path:
         """The notebook as the grader ran it, where formgrader looks for it."""
-        return self.root / "autograded" / sid / aid / f"{aid}.ipynb"
+        return (
+            self._folder("autograded_directory", "autograded") / sid / aid / f"{self.notebook(aid, nb)}.ipynb"
+        )
 
     def results_dir(self, aid: str) -> Path:
         return self.work / "results" / aid
@@ -70,13 +119,13 @@ class Course:
         """The grader's record of one submission (JSON), written last: it marks the submission done."""
         return self.results_dir(aid) / f"{sid}.json"
 
-    def kept_run(self, aid: str, sid: str) -> Path:
-        """What a submission's run captured (its cases' values, the kernel's summary), kept so that a
+    def kept_run(self, aid: str, sid: str, nb: str | None = None) -> Path:
+        """What a notebook's run captured (its cases' values, the kernel's summary), kept so that a
         regrade can decide the points again without running the student's code."""
-        return self.work / "runs" / aid / sid
+        return self.work / "runs" / aid / sid / self.notebook(aid, nb)
 
-    def feedback_page(self, aid: str, sid: str) -> Path:
-        return self.root / "feedback" / sid / aid / f"{aid}.html"
+    def feedback_page(self, aid: str, sid: str, nb: str | None = None) -> Path:
+        return self._folder("feedback_directory", "feedback") / sid / aid / f"{self.notebook(aid, nb)}.html"
 
     def samples(self, aid: str) -> Path:
         """The assignment's sample submissions (perfect, partial, ...), kept beside its source; nbgrader
@@ -90,23 +139,45 @@ class Course:
 
     @property
     def db_url(self) -> str:
-        return self.db or os.environ.get("DLCOURSE_DB_URL") or "sqlite:///" + str(self.root / "gradebook.db")
+        """The gradebook: given, else ``$DLCOURSE_DB_URL``, else the course's ``CourseDirectory.db_url``,
+        else SQLite in the root."""
+        if self.db:
+            return self.db
+        if os.environ.get("DLCOURSE_DB_URL"):
+            return os.environ["DLCOURSE_DB_URL"]
+        configured = self.config.CourseDirectory.get("db_url")
+        return (
+            configured
+            if isinstance(configured, str) and configured
+            else "sqlite:///" + str(self.root / "gradebook.db")
+        )
+
+    @property
+    def config(self):
+        """The course's ``nbgrader_config.py`` as nbgrader loads it (read once per course object)."""
+        return _load_config(self.root / "nbgrader_config.py", _stamp(self.root / "nbgrader_config.py"))
 
     def assignments(self) -> list[str]:
-        return sorted(p.name for p in self.source.iterdir() if (p / f"{p.name}.ipynb").is_file())
+        if not self.source.is_dir():
+            return []
+        return sorted(p.name for p in self.source.iterdir() if p.is_dir() and self.notebooks(p.name))
 
-    def source_notebook(self, aid: str) -> Path:
-        path = self.source / aid / f"{aid}.ipynb"
+    def source_notebook(self, aid: str, nb: str | None = None) -> Path:
+        path = self.source / aid / f"{self.notebook(aid, nb)}.ipynb"
         if not path.is_file():
-            known = ", ".join(self.assignments()) or "none"
-            raise FileNotFoundError(f"no assignment {aid!r} in {self.source} (known: {known})")
+            if not (self.source / aid).is_dir() or not self.notebooks(aid):
+                known = ", ".join(self.assignments()) or "none"
+                raise FileNotFoundError(f"no assignment {aid!r} in {self.source} (known: {known})")
+            raise FileNotFoundError(
+                f"{aid} has no notebook {path.name} (it has: {', '.join(self.notebooks(aid))})"
+            )
         return path
 
-    def release_notebook(self, aid: str) -> Path:
-        return self.release / aid / f"{aid}.ipynb"
+    def release_notebook(self, aid: str, nb: str | None = None) -> Path:
+        return self.release / aid / f"{self.notebook(aid, nb)}.ipynb"
 
-    def read_source(self, aid: str) -> nbformat.NotebookNode:
-        return nbformat.read(str(self.source_notebook(aid)), as_version=4)
+    def read_source(self, aid: str, nb: str | None = None) -> nbformat.NotebookNode:
+        return nbformat.read(str(self.source_notebook(aid, nb)), as_version=4)
 
     def copy(
         self,
@@ -124,10 +195,31 @@ class Course:
         root.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.root / "nbgrader_config.py", root / "nbgrader_config.py")
         for aid in aids:
-            shutil.copytree(self.source_notebook(aid).parent, root / "source" / aid)
+            self.source_notebook(
+                aid, self.notebooks(aid)[0] if self.notebooks(aid) else None
+            )  # a clear error
+            shutil.copytree(self.source / aid, root / "source" / aid)
         return Course(
             root=root, db="sqlite:///" + str(root / "gradebook.db"), cache_root=cache_root or self.cache
         )
+
+
+def _stamp(path: Path) -> tuple:
+    try:
+        info = path.stat()
+        return (info.st_mtime_ns, info.st_size)
+    except OSError:
+        return ()
+
+
+@functools.lru_cache(maxsize=32)
+def _load_config(path: Path, _stamp: tuple):
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if not path.is_file():
+        return Config()
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
 
 
 def nbgrader_meta(cell) -> dict:

@@ -25,10 +25,10 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 """
 
 
-def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
+def _answers(course: Course, aid: str, sid: str, nb: str | None = None) -> list[tuple[str, str, str]]:
     """(grade_id, the student's code or written answer, its text output) for each answer cell of the run
     notebook."""
-    path = course.executed(aid, sid)
+    path = course.executed(aid, sid, nb)
     try:
         nb = nbformat.read(str(path), as_version=4)
     except Exception:
@@ -48,15 +48,26 @@ def _answers(course: Course, aid: str, sid: str) -> list[tuple[str, str, str]]:
     return answers
 
 
-def render(course: Course, aid: str, result: Result, late: Late | None = None) -> str:
+KERNEL_NOTE = (
+    "decided in the kernel: this test has no checks, so, as in nbgrader, it passes when it runs in your "
+    "notebook without an error"
+)
+
+
+def render(course: Course, aid: str, result: Result, late: Late | None = None, nb: str | None = None) -> str:
+    """The page of ``result``; for an assignment of several notebooks, the page of the notebook ``nb``
+    (its tests, answers and output) under the assignment's score."""
     e = html.escape
     sid = result.student_id
     rows = []
     for cell in result.cells:
+        if nb is not None and cell.notebook and cell.notebook != nb:
+            continue
         mark = '<span class="pass">passed</span>' if cell.passed else '<span class="fail">failed</span>'
+        message = cell.message + (f" ({KERNEL_NOTE})" if cell.decided == "kernel" else "")
         rows.append(
             f"<tr><td>{e(cell.grade_id)}</td><td>{cell.points:g} / {cell.max_points:g}</td>"
-            f"<td>{mark}</td><td>{e(cell.message)}</td></tr>"
+            f"<td>{mark}</td><td>{e(message.strip())}</td></tr>"
         )
         for group in cell.groups:  # partial credit: what each part of the test earned
             mark = '<span class="pass">passed</span>' if group.passed else '<span class="fail">failed</span>'
@@ -73,6 +84,7 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None) -
     written_rows = "".join(
         f"<tr><td>{e(w.grade_id)}</td><td>{e(w.text())}</td><td>{e(w.comment)}</td></tr>"
         for w in result.written
+        if nb is None or not w.notebook or w.notebook == nb
     )
     if result.written and not result.is_error:  # late: as :func:`write_feedback` assessed the total
         parts = [
@@ -100,11 +112,12 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None) -
         written = ""
     answers = "".join(
         f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
-        for gid, code, out in _answers(course, aid, sid)
+        for gid, code, out in _answers(course, aid, sid, nb)
     )
-    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(aid)}: feedback for {e(sid)}</title>
+    title = aid if nb is None or nb == aid else f"{aid}, {nb}.ipynb"
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(title)}: feedback for {e(sid)}</title>
 <style>{STYLE}</style></head><body>
-<h1>{e(aid)}: {e(score)}</h1>
+<h1>{e(title)}: {e(score)}</h1>
 <p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
 {f"<p>{e(late.explain())}</p>" if late and late.explain() else ""}
 {f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
@@ -124,11 +137,14 @@ def write_feedback(
         result = line.result
         if students is not None and result.student_id not in students:
             continue
-        if out_dir is None:
-            target = course.feedback_page(aid, result.student_id)
-        else:
-            target = Path(out_dir) / f"{result.student_id}.html"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(render(course, aid, result, line.late), encoding="utf-8")
-        written.append(target)
+        names = course.notebooks(aid) or [aid]
+        for nb in names:  # a page per notebook, as nbgrader names them
+            if out_dir is None:
+                target = course.feedback_page(aid, result.student_id, nb)
+            else:
+                suffix = "" if len(names) == 1 else f"-{nb}"
+                target = Path(out_dir) / f"{result.student_id}{suffix}.html"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(render(course, aid, result, line.late, nb), encoding="utf-8")
+            written.append(target)
     return written

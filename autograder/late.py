@@ -98,11 +98,7 @@ class LateWork(LateSubmissionPlugin):
 
 def course_config(course: Course) -> Config:
     """The course's ``nbgrader_config.py``, loaded as nbgrader loads it (traitlets' Python config loader)."""
-    from traitlets.config.loader import PyFileConfigLoader
-
-    if not (course.root / "nbgrader_config.py").is_file():
-        return Config()
-    return PyFileConfigLoader("nbgrader_config.py", path=str(course.root)).load_config()
+    return course.config
 
 
 def late_rule(course: Course, config: Config | None = None) -> LateSubmissionPlugin:
@@ -309,7 +305,7 @@ def late_penalties(course: Course, aid: str, results: list[Result]) -> dict[str,
     return {
         r.student_id: assess(
             r,
-            read_timestamp(course.submission(aid, r.student_id).parent / "timestamp.txt"),
+            read_timestamp(course.submission_folder(aid, r.student_id) / "timestamp.txt"),
             known.due_for(r.student_id),
             rule,
             r.student_id in (known.extensions or {}),

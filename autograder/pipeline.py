@@ -16,10 +16,13 @@ more, and is never recorded as a score.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import queue
 import shutil
+import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -32,7 +35,7 @@ import nbformat
 
 from autograder.course import Course
 from autograder.isolation import Isolation, resolve
-from autograder.record import Recorder, load_result, save_result, sha256_file, write_json_atomic
+from autograder.record import Recorder, load_result, save_result, sha256_regular, write_json_atomic
 from autograder.reference import Reference, source_inputs
 from autograder.repair import Repaired, repair
 from autograder.result import CellResult, Result
@@ -54,7 +57,7 @@ class Job:
     warm: tuple[str, ...]
     isolation: Isolation
     private: tuple[str, ...] = ()  # folders the kernel must not see
-    path: str = ""  # the notebook, when it is not in submitted/ (the canary's)
+    path: str = ""  # the hand-in's folder, when it is not in submitted/ (the canary's)
 
     def sandbox(self, slot: int = 0) -> Sandbox:
         return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
@@ -67,7 +70,9 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
     source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
     pays on its first ``torch.compile``); none of these starts a thread when imported.
     """
-    text = course.source_notebook(aid).read_text(encoding="utf-8")
+    text = "".join(
+        course.source_notebook(aid, nb).read_text(encoding="utf-8") for nb in course.notebooks(aid)
+    )
     compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
     uses = {
         "numpy": "numpy" in text,
@@ -90,7 +95,8 @@ def _findable(module: str) -> bool:
 
 
 def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
-    found = course.submitted(aid)
+    """Student id -> hand-in folder."""
+    found = course.handed_in(aid)
     if students:
         missing = [s for s in students if s not in found]
         if missing:
@@ -102,9 +108,119 @@ def submissions(course: Course, aid: str, students: list[str] | None = None) -> 
 # ----------------------------------------------------------------------------- one submission's stages
 
 
+# What of a hand-in besides its notebooks goes to the run (data, helpers the student changed), at most:
+MAX_FILES, MAX_FILES_BYTES = 1000, 64 * 2**20
+NBGRADER_IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]  # nbgrader's default
+
+
+def _ignored(course: Course) -> list[str]:
+    configured = course.config.CourseDirectory.get("ignore")
+    return [*(configured if isinstance(configured, list) else NBGRADER_IGNORE), "samples"]
+
+
+def _copy_regular(path: Path, target: Path, limit: int) -> int | None:
+    """Copy the regular file ``path`` (never through a link, never blocking on a FIFO) to ``target``; its
+    size, or None when it is not a regular file or is larger than ``limit``."""
+    import errno
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO, errno.EACCES, errno.ENOENT, errno.EISDIR):
+            return None
+        raise
+    with os.fdopen(fd, "rb") as src:
+        info = os.fstat(src.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = src.read(limit + 1)
+        if len(data) > limit:
+            return None
+        target.write_bytes(data)
+        return len(data)
+
+
+def assignment_files(course: Course, aid: str, handed_in: Path | None, target: Path) -> list[str]:
+    """Fill the grader's folder ``target`` with the files a run of ``aid`` gets beside its notebook, as
+    nbgrader's autograde gives them: what the student handed in besides the assignment's notebooks (regular
+    files only, at most :data:`MAX_FILES` and :data:`MAX_FILES_BYTES`), then the source's own files (data,
+    images, helper modules; not notebooks, nor what ``CourseDirectory.ignore`` names) over them, except
+    those the course lets students change (``Autograde.exclude_overwriting``). Returns notes for the
+    student about what was left out."""
+    import fnmatch
+    import os
+
+    ignore = _ignored(course)
+    notebooks = {f"{nb}.ipynb" for nb in course.notebooks(aid)}
+    kept = course.config.Autograde.get("exclude_overwriting", {})
+    kept = set(kept.get(aid, [])) if isinstance(kept, dict) else set()
+    notes: list[str] = []
+
+    def skipped(rel: Path) -> bool:
+        return any(fnmatch.fnmatch(part, pattern) for part in rel.parts for pattern in ignore)
+
+    if handed_in is not None and handed_in.is_dir():
+        count = total = 0
+        for folder, dirs, files in os.walk(handed_in, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if not (Path(folder) / d).is_symlink())
+            for name in sorted(files):
+                path = Path(folder) / name
+                rel = path.relative_to(handed_in)
+                if (len(rel.parts) == 1 and name in notebooks) or name == "timestamp.txt" or skipped(rel):
+                    continue
+                if count >= MAX_FILES or total >= MAX_FILES_BYTES:
+                    notes.append(f"more than {MAX_FILES} files or {MAX_FILES_BYTES // 2**20} MB handed in besides "
+                                 "the notebooks: the rest was not given to the run")  # fmt: skip
+                    return notes
+                size = _copy_regular(path, target / rel, MAX_FILES_BYTES - total)
+                if size is None:
+                    notes.append(f"{rel}: not a regular file, or too large; not given to the run")
+                    continue
+                count, total = count + 1, total + size
+    source = course.source / aid
+    for folder, dirs, files in os.walk(source, followlinks=False):
+        dirs[:] = [d for d in dirs if not skipped((Path(folder) / d).relative_to(source))]
+        for name in files:
+            rel = (Path(folder) / name).relative_to(source)
+            if name.endswith(".ipynb") or skipped(rel) or (str(rel) in kept and (target / rel).exists()):
+                continue
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).unlink(missing_ok=True)
+            shutil.copyfile(Path(folder) / name, target / rel)
+    return notes
+
+
+def submission_digest(folder: Path, notebooks: list[str]) -> str:
+    """What a result is tied to: the sha256 of the notebook for a hand-in of one notebook and nothing else
+    (this course's), else of every notebook's and other file's name and sha256. Read without following links
+    or blocking; what cannot be read counts as its name alone."""
+    import os
+
+    entries = []
+    if folder.is_dir():
+        for root, dirs, files in os.walk(folder, followlinks=False):
+            dirs.sort()
+            for name in sorted(files):
+                path = Path(root) / name
+                if name == "timestamp.txt" and path.parent == folder:
+                    continue
+                entries.append((str(path.relative_to(folder)), path))
+    if len(notebooks) == 1 and [rel for rel, _ in entries] == [f"{notebooks[0]}.ipynb"]:
+        return sha256_regular(entries[0][1])
+    digest = hashlib.sha256()
+    for rel, path in entries[:MAX_FILES]:
+        digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(sha256_regular(path).encode())
+    return digest.hexdigest()
+
+
 @dataclass
 class Grading:
-    """One submission on its way through :data:`STAGES`: what each stage needs and what it left."""
+    """One notebook of a submission on its way through :data:`STAGES`: what each stage needs and what it
+    left (``reference`` is that notebook's part)."""
 
     job: Job
     reference: Reference
@@ -115,21 +231,28 @@ class Grading:
     repaired: Repaired | None = None
     outcome: Outcome | None = None
     verdict: Verdict | None = None
+    nb: str = ""  # the notebook's name ("" for the assignment's one notebook)
+    files: Path | None = None  # the folder of files the run gets beside the notebook
 
 
 def repair_stage(g: Grading) -> bool:
     """Read the notebook, put back what Colab or an editor damaged; stop with a reason if it is unreadable."""
-    g.result.submission_sha256 = sha256_file(g.path)
-    g.repaired = repair(g.course, g.job.aid, g.path)
+    if not g.path.exists() and not g.path.is_symlink():
+        g.repaired = Repaired(None, f"{g.path.name} was not handed in")
+    else:
+        g.repaired = repair(g.course, g.job.aid, g.path, g.nb or None)
     g.result.notes = g.repaired.notes
     if g.repaired.fatal:
         if not g.job.path:  # an earlier hand-in's kept run must not decide this one on a regrade
-            shutil.rmtree(g.course.kept_run(g.job.aid, g.job.sid), ignore_errors=True)
+            shutil.rmtree(g.course.kept_run(g.job.aid, g.job.sid, g.nb or None), ignore_errors=True)
         g.result.status, g.result.reason = "unreadable", g.repaired.fatal
         g.result.cells = [
-            CellResult(gid, 0.0, cell["points"], False, g.repaired.fatal)
+            CellResult(
+                gid, 0.0, cell["points"], False, g.repaired.fatal, decided=cell.get("decided", "outside")
+            )
             for gid, cell in g.reference.cells.items()
         ]
+        g.result.written = written_results(g.reference, None, unanswered=True)
         return False
     return True
 
@@ -138,7 +261,7 @@ def run_stage(g: Grading) -> bool:
     """Run the repaired notebook in a sandboxed child (the seam where another runner plugs in)."""
     if g.sandbox is None:
         g.sandbox = g.job.sandbox().start()
-    g.outcome = g.sandbox.run(g.repaired.notebook)
+    g.outcome = g.sandbox.run(g.repaired.notebook, files=g.files)
     if g.outcome.status == "error":  # nothing of the student's ran: no verdict, no score
         g.result.reason = f"grader error: {g.outcome.detail.splitlines()[0]}"
         g.result.detail = g.outcome.detail[-2000:]
@@ -152,8 +275,11 @@ def run_stage(g: Grading) -> bool:
 
 
 def verify_stage(g: Grading) -> bool:
-    """Decide every point outside the kernel, from the data the run captured."""
-    g.verdict = verify(g.reference, g.outcome.folder / "capture", g.outcome.summary)
+    """Decide every point outside the kernel, from the data the run captured; a cell without checks (plain
+    ``assert``s) as nbgrader decides it, from how it ran in the kernel (marked "decided in the kernel")."""
+    if g.outcome.kernel_outputs is None:
+        g.outcome.kernel_outputs = kernel_outputs(g.reference, g.repaired.notebook, g.outcome)
+    g.verdict = verify(g.reference, g.outcome.folder / "capture", g.outcome.summary, g.outcome.kernel_outputs)
     g.result.cells = g.verdict.cells
     g.result.score = g.verdict.score
     g.result.written = written_results(g.reference, g.repaired)  # graded by hand: apart from the score
@@ -162,18 +288,31 @@ def verify_stage(g: Grading) -> bool:
     return True
 
 
+def kernel_outputs(reference: Reference, notebook, outcome: Outcome) -> dict[str, list]:
+    """grade_id -> the outputs of each graded test cell decided in the kernel, as the cell left them; a cell
+    that never ran is absent."""
+    ran = {e.get("index") for e in outcome.summary.get("cells", []) if e.get("status") in ("ok", "error")}
+    wanted = {g for g, c in reference.cells.items() if c.get("decided") == "kernel"}
+    found = {}
+    for index, cell in enumerate(notebook.cells if notebook is not None else []):
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in wanted and index in ran:
+            found[gid] = outcome.outputs.get(index, [])
+    return found
+
+
 def keep_stage(g: Grading) -> bool:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
     what the run captured, so that a regrade decides again without running the student's code."""
     if not g.job.path:  # the canary's notebooks are nobody's
-        hidden = hidden_test_lines(g.course, g.job.aid)
-        save_executed(g.course, g.job, g.repaired.notebook, g.outcome.outputs, hidden)
-        keep_run(g.course.kept_run(g.job.aid, g.job.sid), g.outcome, g.result.submission_sha256)
+        hidden = hidden_test_lines(g.course, g.job.aid, g.nb or None)
+        save_executed(g.course, g.job, g.repaired.notebook, g.outcome.outputs, hidden, g.nb or None)
+        keep_run(g.course.kept_run(g.job.aid, g.job.sid, g.nb or None), g.outcome, g.result.submission_sha256)
     return True
 
 
 KEPT_BYTES = 64 * 2**20  # a capture larger than this is not kept (its submission is rerun on a regrade)
-KEPT_LAYOUT = 2  # kept runs of another layout (or none) are never read: their submissions are graded again
+KEPT_LAYOUT = 3  # kept runs of another layout (or none) are never read: their submissions are graded again
 
 
 def keep_run(target: Path, outcome: Outcome, submission_sha256: str) -> None:
@@ -195,6 +334,7 @@ def keep_run(target: Path, outcome: Outcome, submission_sha256: str) -> None:
         "seconds": outcome.seconds,
         "summary": outcome.summary,
         "detail": outcome.detail,
+        "kernel_outputs": outcome.kernel_outputs or {},
     }
     write_json_atomic(target / "run.json", run)
 
@@ -208,7 +348,10 @@ def kept_outcome(folder: Path, submission_sha256: str | None = None) -> Outcome 
             return None
         if submission_sha256 is not None and run.get("submission_sha256") != submission_sha256:
             return None
-        return Outcome(run["status"], run["seconds"], folder, run["summary"], run["detail"])
+        kernel = run.get("kernel_outputs") or {}
+        return Outcome(
+            run["status"], run["seconds"], folder, run["summary"], run["detail"], kernel_outputs=kernel
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -251,31 +394,105 @@ STAGES = (
 
 
 def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> Result:
-    """Grade one submission through :data:`STAGES`, never raising: every outcome is a result with a reason."""
+    """Grade one submission, each of its notebooks through :data:`STAGES` in a kernel of its own (as
+    nbgrader runs them), never raising: every outcome is a result with a reason."""
     course = job.course
     result = Result(
         job.sid, job.aid, reference.max_score, isolation=job.isolation.describe(), reference=reference.digest
     )
-    g = Grading(
-        job, reference, course, Path(job.path) if job.path else course.submission(job.aid, job.sid), result
-    )
-    g.sandbox = sandbox
+    folder = Path(job.path) if job.path else course.submission_folder(job.aid, job.sid)
+    names = list(reference.notebooks)
     started = time.monotonic()
+    files = None
     try:
-        for name, stage in STAGES:
-            t0 = time.perf_counter()
-            go_on = stage(g)
-            result.timings[name] = time.perf_counter() - t0
-            if not go_on:
+        result.submission_sha256 = submission_digest(folder, names)
+        staging = course.work / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        files = Path(tempfile.mkdtemp(prefix=f"{job.aid}-", dir=staging))
+        notes = assignment_files(course, job.aid, folder, files)
+        parts = []
+        for nb in names:
+            part = Result(job.sid, job.aid, reference.part(nb).max_score, reference=reference.digest)
+            part.submission_sha256 = result.submission_sha256
+            g = Grading(
+                job, reference.part(nb), course, folder / f"{nb or job.aid}.ipynb", part, nb=nb, files=files
+            )
+            g.sandbox, sandbox = sandbox, None  # a pre-started child runs the first notebook
+            try:
+                for name, stage in STAGES:
+                    t0 = time.perf_counter()
+                    go_on = stage(g)
+                    part.timings[name] = time.perf_counter() - t0
+                    if not go_on:
+                        break
+            finally:
+                if g.sandbox is not None:
+                    g.sandbox.cleanup()
+            parts.append((nb, part))
+            if part.is_error:
                 break
+        merge_parts(result, parts, notes)
     except Exception as err:  # a grader bug must not stop the batch, and must be visible
         result.status, result.reason = "error", f"grader error: {type(err).__name__}: {err}"
         result.traceback = traceback.format_exc()[-4000:]
     finally:
-        if sandbox is None and g.sandbox is not None:
-            g.sandbox.cleanup()
+        if sandbox is not None:
+            sandbox.cleanup()
+        if files is not None:
+            shutil.rmtree(files, ignore_errors=True)
         result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+# The order in which one notebook's status stands for a submission of several: the first found.
+STATUS_ORDER = ("error", "crashed", "memory", "processes", "timeout", "unreadable", "flagged", "graded")
+
+
+def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str]) -> None:
+    """One submission's result from its notebooks' (one, for this course's assignments): cells and written
+    answers in the assignment's order, the worst status with its reason, notes and flags named by notebook
+    where there are several."""
+    several = len(parts) > 1
+
+    def named(nb: str, text: str) -> str:
+        return f"{nb}.ipynb: {text}" if several else text
+
+    result.notes = [*notes]
+    for nb, part in parts:
+        for cell in part.cells:
+            cell.notebook = nb
+        for w in part.written:
+            w.notebook = nb
+        result.cells += part.cells
+        result.written += part.written
+        result.notes += [named(nb, n) for n in part.notes]
+        result.flags += [named(nb, f) for f in part.flags]
+        result.timings.update({(f"{nb}:{k}" if several else k): v for k, v in part.timings.items()})
+        if part.seconds_in_sandbox is not None:
+            result.seconds_in_sandbox = round((result.seconds_in_sandbox or 0) + part.seconds_in_sandbox, 2)
+        if part.peak_memory_mb is not None:
+            result.peak_memory_mb = max(result.peak_memory_mb or 0, part.peak_memory_mb)
+    worst = min(parts, key=lambda p: STATUS_ORDER.index(p[1].status))
+    result.status = worst[1].status
+    result.score = round(sum(c.points for c in result.cells), 2)
+    if result.is_error:
+        result.reason, result.detail, result.traceback = (
+            named(worst[0], worst[1].reason),
+            worst[1].detail,
+            worst[1].traceback,
+        )
+        return
+    if not several:
+        result.reason, result.detail = worst[1].reason, worst[1].detail
+        return
+    failed = [c for c in result.cells if not c.passed]
+    others = "; ".join(named(nb, p.reason) for nb, p in parts if p.status not in ("graded", "flagged"))
+    result.reason = (
+        f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].notebook}.ipynb: {failed[0].message}"
+        if failed
+        else "all tests passed"
+    ) + (f" ({others})" if others else "")
+    result.detail = worst[1].detail
 
 
 def error_result(job: Job, reference: Reference | None, err: Exception) -> Result:
@@ -289,13 +506,29 @@ WITHHELD = "[output withheld: it contains the text of a hidden test]\n"
 WITHHELD_ALL = "[outputs withheld: together, this run's outputs spell out the text of a hidden test]\n"
 
 
-def hidden_test_lines(course: Course, aid: str) -> frozenset[str]:
+def hidden_test_lines(course: Course, aid: str, nb: str | None = None) -> frozenset[str]:
     """The lines of the source's hidden tests that say something (12 letters and digits or more, as
     :func:`squeezed` reads them) and that the release does not show anyway: an output that spells one out,
     whole or in pieces, is shown to no one."""
-    source, release = course.source_notebook(aid), course.release_notebook(aid)
+    source, release = course.source_notebook(aid, nb), course.release_notebook(aid, nb)
     stamps = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (source, release))
-    return _hidden_lines(str(source), str(release), stamps)
+    begin, end = delimiters(course)["hidden"]
+    return _hidden_lines(str(source), str(release), stamps, begin, end)
+
+
+def delimiters(course: Course) -> dict[str, tuple[str, str]]:
+    """The solution and hidden-test delimiters, as the course's nbgrader configuration sets them."""
+    config = course.config
+    return {
+        "solution": (
+            config.ClearSolutions.get("begin_solution_delimeter", "BEGIN SOLUTION"),
+            config.ClearSolutions.get("end_solution_delimeter", "END SOLUTION"),
+        ),
+        "hidden": (
+            config.ClearHiddenTests.get("begin_test_delimeter", "BEGIN HIDDEN TESTS"),
+            config.ClearHiddenTests.get("end_test_delimeter", "END HIDDEN TESTS"),
+        ),
+    }
 
 
 def squeezed(text: str) -> str:
@@ -305,14 +538,14 @@ def squeezed(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _hidden_lines(source: str, release: str, _stamps: tuple) -> frozenset[str]:
+def _hidden_lines(source: str, release: str, _stamps: tuple, begin: str, end: str) -> frozenset[str]:
     lines: set[str] = set()
     for cell in nbformat.read(source, as_version=4).cells:
         inside = False
         for line in cell.source.splitlines():
-            if "### BEGIN HIDDEN TESTS" in line:
+            if line.strip().startswith("#") and begin in line:
                 inside = True
-            elif "### END HIDDEN TESTS" in line:
+            elif line.strip().startswith("#") and end in line:
                 inside = False
             elif inside and len(squeezed(line)) >= 12:
                 lines.add(squeezed(line))
@@ -381,13 +614,13 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
 
 
 def save_executed(
-    course: Course, job: Job, notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]
+    course: Course, job: Job, notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str], nb=None
 ) -> None:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, sanitised:
     formgrader shows what the student wrote and ran, and runs and loads none of it."""
     from autograder.sanitize import sanitize_notebook
 
-    target = course.executed(job.aid, job.sid)
+    target = course.executed(job.aid, job.sid, nb)
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(sanitize_notebook(executed_notebook(notebook, outputs, hidden)), str(target))
 
@@ -408,6 +641,8 @@ def grade(
     scheduler: str | None = None,
     isolation: str | Isolation = "auto",
     on_result: Callable[[Result], None] | None = None,
+    strict: bool = False,
+    on_notice: Callable[[str], None] | None = None,
 ) -> list[Result]:
     """Grade every submission of ``aid`` that has no current result; return all results of this run.
 
@@ -424,15 +659,18 @@ def grade(
             raise RuntimeError(
                 f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
             )
-    reference, _ = prove(course, aid, limits, isolation, workers)
+    reference, proof = prove(course, aid, limits, isolation, workers, strict)
+    for line in proof.get("warnings", []):
+        (on_notice or (lambda text: print(f"note: {aid}: {text}", file=sys.stderr)))(line)
     digest = reference.digest
+    names = list(reference.notebooks)
     todo = [
         sid
-        for sid, path in found.items()
-        if force or not _is_current(load_result(course, aid, sid), sha256_file(path), digest)
+        for sid, folder in found.items()
+        if force or not _is_current(load_result(course, aid, sid), submission_digest(folder, names), digest)
     ]
     warm = frameworks_used(course, aid)
-    inputs = source_inputs(course.read_source(aid))
+    inputs = assignment_inputs(course, aid)
     private = course.private_folders()
     jobs = [Job(course, aid, sid, limits, warm, isolation, private) for sid in todo]
     results: list[Result] = []
@@ -454,6 +692,17 @@ def grade(
         else:
             run_jobs(jobs, reference, workers, finish)
     return results
+
+
+def assignment_inputs(course: Course, aid: str) -> dict[str, str]:
+    """:func:`autograder.reference.source_inputs` of every notebook of ``aid`` (named by notebook where
+    there are several)."""
+    names = course.notebooks(aid)
+    found = {}
+    for nb in names:
+        for key, value in source_inputs(course.read_source(aid, nb)).items():
+            found[f"{nb}.ipynb: {key}" if len(names) > 1 else key] = value
+    return found
 
 
 def _is_current(result: Result | None, submission_sha: str, digest: str) -> bool:

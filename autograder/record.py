@@ -33,6 +33,21 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def sha256_regular(path: Path) -> str:
+    """The sha256 of the regular file at ``path``, opened without following a link or blocking on a FIFO;
+    "" for anything else (a link, a FIFO, a device, a folder, a file that cannot be read)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return ""
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
@@ -79,7 +94,7 @@ def _comment(gb: Gradebook, name: str, notebook: str, aid: str, sid: str):
         return None
 
 
-def _written(grade, answered: bool, comment) -> WrittenResult:
+def _written(grade, answered: bool, comment, notebook: str = "") -> WrittenResult:
     """A written answer as the gradebook holds it: the manual score (with extra credit) when given, 0 for
     an unanswered one, else None (awaiting manual grading)."""
     if grade.manual_score is not None:
@@ -89,7 +104,7 @@ def _written(grade, answered: bool, comment) -> WrittenResult:
     else:
         points = None
     text = (comment.manual_comment or "") if comment is not None else ""
-    return WrittenResult(grade.name, float(grade.cell.max_score), points, answered, text)
+    return WrittenResult(grade.name, float(grade.cell.max_score), points, answered, text, notebook)
 
 
 def with_manual_grades(course: Course, aid: str, results: list[Result]) -> list[Result]:
@@ -118,7 +133,7 @@ def with_manual_grades(course: Course, aid: str, results: list[Result]) -> list[
                 if w.grade_id in now:
                     grade, notebook = now[w.grade_id]
                     comment = _comment(gb, w.grade_id, notebook, aid, r.student_id)
-                    r.written[index] = _written(grade, w.answered, comment)
+                    r.written[index] = _written(grade, w.answered, comment, notebook)
     return results
 
 
@@ -162,7 +177,7 @@ class Recorder:
         written = {}
         for notebook in submission.notebooks:  # the submission's grade rows, loaded together
             for grade in notebook.grades:
-                if grade.name in points or not is_written_grade(grade):
+                if grade.name in points or (grade.name not in answered and not is_written_grade(grade)):
                     grade.auto_score = points.get(grade.name, 0.0)
                     grade.needs_manual_grade = grade.manual_score is not None
                     continue
@@ -176,7 +191,7 @@ class Recorder:
                 comment = _comment(gb, grade.name, notebook.name, aid, sid)
                 if comment is not None:
                     comment.auto_comment = None if done else "No response."
-                written[grade.name] = _written(grade, done, comment)
+                written[grade.name] = _written(grade, done, comment, notebook.name)
         gb.db.commit()
         order = list(answered) + sorted(set(written) - set(answered))
         result.written = [written[name] for name in order if name in written]

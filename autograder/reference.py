@@ -30,9 +30,11 @@ import nbformat
 import numpy as np
 
 from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
+from dlcourse.grading import CASES_FILE as CASES_INDEX
 from dlcourse.grading import Case, compare, load_cases
 
 CELLS_FILE = "cells.json"
+NOTEBOOKS_FILE = "notebooks.json"
 STAMP_FILE = "SOURCE_SHA256"
 CALIBRATION_FILE = "calibration.json"
 WRITTEN_FILE = "written.json"
@@ -60,6 +62,23 @@ class Reference:
     cases: dict[str, Case]
     values: dict
     written: dict[str, float] = field(default_factory=dict)  # written answer's grade_id -> its points
+    # notebook name -> {"cells": [grade_id, ...], "written": [grade_id, ...]}, in the assignment's order
+    notebooks: dict[str, dict] = field(default_factory=dict)
+
+    def notebook_of(self, grade_id: str) -> str:
+        return next(
+            (nb for nb, part in self.notebooks.items() if grade_id in part["cells"] + part["written"]), ""
+        )
+
+    def part(self, nb: str) -> Reference:
+        """The reference of one notebook: its graded cells and written answers only."""
+        part = self.notebooks.get(nb, {"cells": [], "written": []})
+        return replace(
+            self,
+            cells={g: c for g, c in self.cells.items() if g in part["cells"]},
+            written={g: p for g, p in self.written.items() if g in part["written"]},
+            notebooks={nb: part},
+        )
 
     @property
     def max_score(self) -> float:
@@ -98,10 +117,11 @@ def source_digest(course: Course, aid: str) -> str:
     """A hash over everything the reference depends on: the source folder, the grading code, and the
     machine's software and device (:func:`environment`)."""
     digest = hashlib.sha256()
-    folder = course.source_notebook(aid).parent
+    course.source_notebook(aid, (course.notebooks(aid) or [None])[0])  # a clear error for an unknown id
+    folder = course.source / aid
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not {".ipynb_checkpoints", "samples"} & set(path.relative_to(folder).parts):
-            digest.update(path.name.encode() + path.read_bytes())
+            digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
     for name in ("course.py", "reference.py", "child.py", "protocol.py"):
         digest.update(Path(__file__).with_name(name).read_bytes())
     import dlcourse.grading
@@ -194,11 +214,14 @@ def case_groups(
 
 
 def is_written(cell) -> bool:
-    """A written answer: a markdown answer cell with points, graded by hand in formgrader (never a case of
-    the reference). Its source holds the rubric and a model answer between ``### BEGIN SOLUTION`` and
-    ``### END SOLUTION``; the release shows nbgrader's text stub instead."""
+    """An answer graded by hand in formgrader (never a case of the reference): a markdown answer cell with
+    points (this course's written answers: the source holds the rubric and a model answer between
+    ``### BEGIN SOLUTION`` and ``### END SOLUTION``; the release shows nbgrader's text stub), and as
+    nbgrader has them, a code answer cell with points ("manually graded answer") or a task cell."""
     meta = nbgrader_meta(cell)
-    return cell.get("cell_type") == "markdown" and bool(meta.get("grade")) and is_solution(cell)
+    if not meta.get("grade") and not meta.get("task"):
+        return False
+    return bool(meta.get("task")) or is_solution(cell)
 
 
 def written_cells(nb: nbformat.NotebookNode) -> dict[str, float]:
@@ -212,7 +235,9 @@ def written_cells(nb: nbformat.NotebookNode) -> dict[str, float]:
 
 def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
     """Prefix every graded test cell with a ``begin_cell`` marker; return their ids, points and any
-    points per case the source gives (``metadata.dlcourse.case_points``)."""
+    points per case the source gives (``metadata.dlcourse.case_points``). A cell that starts with a cell
+    magic keeps it first (``%%time``, ``%%capture``: the marker goes after it; other magics, which run
+    another language, are not marked)."""
     cells = {}
     for cell in nb.cells:
         if is_graded_test(cell):
@@ -224,7 +249,12 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
             case_points = cell.metadata.get("dlcourse", {}).get("case_points")
             if case_points:
                 cells[grade_id]["case_points"] = case_points
-            cell.source = f"import dlcourse.grading as _dlg; _dlg.begin_cell({grade_id!r})\n" + cell.source
+            marker = f"import dlcourse.grading as _dlg; _dlg.begin_cell({grade_id!r})\n"
+            first, _, rest = cell.source.partition("\n")
+            if not first.startswith("%%"):
+                cell.source = marker + cell.source
+            elif first.split()[0] in ("%%time", "%%capture"):
+                cell.source = first + "\n" + marker + rest
     return cells
 
 
@@ -245,8 +275,8 @@ def build_reference(course: Course, aid: str, force: bool = False, limits=None, 
         return _build(course, aid, target, digest, limits, isolation)
 
 
-def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int):
-    """One sandboxed run of the marked source with ``threads`` BLAS threads: the child's Outcome."""
+def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, files: Path):
+    """One sandboxed run of a marked source notebook with ``threads`` BLAS threads: the child's Outcome."""
     from autograder.pipeline import frameworks_used
     from autograder.sandbox import Sandbox
 
@@ -257,69 +287,121 @@ def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int):
         private=course.private_folders(),
     )
     sandbox.start()
-    return sandbox, sandbox.run(nb, files=course.source_notebook(aid).parent)
+    return sandbox, sandbox.run(nb, files=files)
 
 
 def _build(course: Course, aid: str, target: Path, digest: str, limits, isolation) -> Reference:
+    """Run every notebook of the source at every thread count of :data:`CALIBRATION_THREADS` at once, and
+    keep what the solutions recorded. A graded test cell with checks is decided outside the kernel from its
+    cases; one without (plain ``assert``s, as nbgrader courses write them) is decided as nbgrader decides it,
+    from how the cell ran in the kernel, and is marked so."""
+    import tempfile
+
     from autograder.isolation import resolve
+    from autograder.pipeline import assignment_files
     from autograder.sandbox import Limits
 
     limits = limits or Limits()
     isolation = isolation or resolve("auto")
-    nb = course.read_source(aid)
-    cells = mark_test_cells(nb)
+    names = course.notebooks(aid)
+    sources = {name: course.read_source(aid, name) for name in names}
+    cells: dict[str, dict] = {}
+    notebooks: dict[str, dict] = {}
+    written: dict[str, float] = {}
+    for name, nb in sources.items():
+        marked = mark_test_cells(nb)
+        shared = set(marked) & set(cells) or set(written_cells(nb)) & (set(written) | set(cells))
+        if shared:
+            raise ReferenceError(
+                f"{aid}: the grade_id {sorted(shared)[0]!r} is used in more than one of its notebooks; this grader "
+                "needs grade ids unique within an assignment (rename one in its source notebook)"
+            )
+        for cell in marked.values():
+            cell["notebook"] = name
+        cells.update(marked)
+        written.update(written_cells(nb))
+        notebooks[name] = {"cells": list(marked), "written": list(written_cells(nb))}
     if not cells:
         raise ValueError(f"{aid}: the source has no graded test cells")
-    runs: dict[int, tuple] = {}
-
-    def run(threads: int) -> None:
-        runs[threads] = _run_source(course, aid, nb, limits, isolation, threads)
-
+    runs: dict[tuple[str, int], tuple] = {}
     counts = sorted({*CALIBRATION_THREADS, limits.threads})
-    workers = [threading.Thread(target=run, args=(n,)) for n in counts]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    files = Path(tempfile.mkdtemp(prefix=f"{aid}-files-", dir=course.work if course.work.is_dir() else None))
     try:
-        captured = {}
-        for threads, (_, outcome) in sorted(runs.items()):
-            _check_run(aid, threads, outcome, limits)
+        assignment_files(course, aid, None, files)
+
+        def run(name: str, threads: int) -> None:
+            runs[name, threads] = _run_source(course, aid, sources[name], limits, isolation, threads, files)
+
+        workers = [
+            threading.Thread(target=run, args=(name, n))
+            for name in sources
+            if notebooks[name]["cells"]
+            for n in counts
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        captured = {n: ({}, {}) for n in counts}
+        for (name, threads), (_, outcome) in sorted(runs.items()):
+            _check_run(f"{aid}/{name}" if len(sources) > 1 else aid, threads, outcome, limits)
             cases, values, problems = load_cases(outcome.folder / "capture")
+            problems = [p for p in problems if p != "no results were recorded"]
             if problems:
                 raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
-            captured[threads] = (cases, values)
+            for case in cases.values():
+                if case.cell not in notebooks[name]["cells"]:
+                    raise ValueError(f"{aid}: case {case.name!r} is recorded outside a graded test cell")
+                if case.name in captured[threads][0]:
+                    raise ReferenceError(
+                        f"{aid}: the case name {case.name!r} is used in more than one notebook"
+                    )
+            captured[threads][0].update(cases)
+            captured[threads][1].update(values)
         cases, values = captured[1]
         for case in cases.values():
-            if case.cell not in cells:
-                raise ValueError(f"{aid}: case {case.name!r} is recorded outside a graded test cell")
             cells[case.cell]["cases"].append(case.name)
-        empty = [grade_id for grade_id, cell in cells.items() if not cell["cases"]]
-        if empty:
-            raise ValueError(
-                f"{aid}: graded test cells without any check(...) case cannot be graded: {empty}"
-            )
         for grade_id, cell in cells.items():
-            cell["groups"] = case_groups(
-                grade_id, [cases[n] for n in cell["cases"]], cell["points"], cell.pop("case_points", None)
+            # no check(...) case: the cell's points are decided in the kernel, as nbgrader decides them
+            cell["decided"] = "outside" if cell["cases"] else "kernel"
+            cell["groups"] = (
+                case_groups(
+                    grade_id, [cases[n] for n in cell["cases"]], cell["points"], cell.pop("case_points", None)
+                )
+                if cell["cases"]
+                else []
             )
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:
             raise ReferenceError(
                 f"{aid}: the source's own results differ between {', '.join(map(str, counts))} "
                 f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
-                f"machine. Widen these cases' rtol/atol in source/{aid}/{aid}.ipynb:\n  "
-                + "\n  ".join(problems)
+                f"machine. Widen these cases' rtol/atol in the source notebook:\n  " + "\n  ".join(problems)
             )
-        capture = runs[1][1].folder / "capture"
-        (capture / CELLS_FILE).write_text(json.dumps(cells, indent=1))
-        (capture / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
-        (capture / WRITTEN_FILE).write_text(json.dumps(written_cells(nb), indent=1))
-        (capture / STAMP_FILE).write_text(digest)
+        staged = Path(tempfile.mkdtemp(prefix=f"{aid}-reference-", dir=target.parent))
+        index = []
+        for (_name, threads), (_, outcome) in sorted(runs.items()):
+            capture = outcome.folder / "capture"
+            if threads != 1 or not capture.is_dir():
+                continue
+            for path in capture.iterdir():
+                if path.name == CASES_INDEX:
+                    index.append(path.read_text(encoding="utf-8"))
+                elif path.is_file():
+                    shutil.copyfile(path, staged / path.name)
+        (staged / CASES_INDEX).write_text(
+            "".join(t if t.endswith("\n") or not t else t + "\n" for t in index)
+        )
+        (staged / CELLS_FILE).write_text(json.dumps(cells, indent=1))
+        (staged / NOTEBOOKS_FILE).write_text(json.dumps(notebooks, indent=1))
+        (staged / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
+        (staged / WRITTEN_FILE).write_text(json.dumps(written, indent=1))
+        (staged / STAMP_FILE).write_text(digest)
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(capture, target)
+        staged.rename(target)
     finally:
+        shutil.rmtree(files, ignore_errors=True)
         for sandbox, _ in runs.values():
             sandbox.cleanup()
     return load_reference(target)
@@ -386,10 +468,16 @@ def calibrate(cases: dict[str, Case], runs: dict[int, dict]) -> tuple[dict, list
 
 def load_reference(directory: Path) -> Reference:
     cases, values, problems = load_cases(directory)
+    problems = [p for p in problems if p != "no results were recorded"]  # a course whose tests are all plain
     if problems:
         raise ValueError(f"reference in {directory} is damaged: {problems}")
     cells = json.loads((directory / CELLS_FILE).read_text())
     written = directory / WRITTEN_FILE
-    return Reference(
-        directory, cells, cases, values, json.loads(written.read_text()) if written.is_file() else {}
+    written = json.loads(written.read_text()) if written.is_file() else {}
+    parts = directory / NOTEBOOKS_FILE
+    notebooks = (
+        json.loads(parts.read_text())
+        if parts.is_file()
+        else {"": {"cells": list(cells), "written": list(written)}}
     )
+    return Reference(directory, cells, cases, values, written, notebooks)

@@ -26,9 +26,18 @@ from dataclasses import dataclass, field
 
 from autograder.course import Course
 from autograder.isolation import Isolation
-from autograder.pipeline import STAGES, Grading, Job, grade, kept_outcome
-from autograder.record import Recorder, load_results, save_result, sha256_file, write_json_atomic
-from autograder.reference import Reference, source_inputs
+from autograder.pipeline import (
+    STAGES,
+    Grading,
+    Job,
+    assignment_inputs,
+    grade,
+    kept_outcome,
+    merge_parts,
+    submission_digest,
+)
+from autograder.record import Recorder, load_results, save_result, write_json_atomic
+from autograder.reference import Reference
 from autograder.result import Result
 from autograder.sandbox import Limits
 
@@ -82,13 +91,16 @@ class Regrade:
 
 def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str]) -> str:
     """ "" when the kept capture of ``old`` still answers the edited source's questions, else why not."""
-    submission = course.submission(aid, old.student_id)
+    folder = course.submission_folder(aid, old.student_id)
     if old.is_error:
         return "it was never graded (a grader error)"
-    if sha256_file(submission) != old.submission_sha256:
+    if submission_digest(folder, course.notebooks(aid)) != old.submission_sha256:
         return "handed in again"
-    if kept_outcome(course.kept_run(aid, old.student_id), old.submission_sha256) is None:
-        return "no capture kept from its run (or kept by an earlier grader, or from other bytes)"
+    if old.status == "unreadable":
+        return "it could not be read (nothing was kept)"
+    for nb in course.notebooks(aid):
+        if kept_outcome(course.kept_run(aid, old.student_id, nb), old.submission_sha256) is None:
+            return "no capture kept from its run (or kept by an earlier grader, or from other bytes)"
     changed = sorted(k for k in {*inputs, *old.inputs} if inputs.get(k) != old.inputs.get(k))
     if changed:
         return "the source changed what " + ", ".join(changed[:4]) + " runs"
@@ -103,17 +115,23 @@ def decide_again(course: Course, old: Result, reference: Reference, limits: Limi
     result.notes, result.submission_sha256, result.inputs = old.notes, old.submission_sha256, inputs
     result.seconds_in_sandbox, result.peak_memory_mb = old.seconds_in_sandbox, old.peak_memory_mb
     job = Job(course, aid, sid, limits, (), Isolation("basic"))
-    g = Grading(job, reference, course, course.submission(aid, sid), result)
-    g.outcome = kept_outcome(course.kept_run(aid, sid), old.submission_sha256)
     stages = dict(STAGES)
-    stages["verify"](g)
+    parts = []
+    for nb in reference.notebooks:
+        part = Result(sid, aid, reference.part(nb).max_score, reference=reference.digest)
+        g = Grading(job, reference.part(nb), course, course.submission(aid, sid, nb), part, nb=nb)
+        g.outcome = kept_outcome(course.kept_run(aid, sid, nb), old.submission_sha256)
+        stages["verify"](g)
+        stages["status"](g)
+        parts.append((nb, part))
+    merge_parts(result, parts, [])
+    result.notes = old.notes
     result.flags = old.flags  # the run is the same: so is what it showed about tampering
     # and so are the written answers; their manual scores stay in the gradebook, never overwritten
     answered = {w.grade_id: w.answered for w in old.written}
     for w in result.written:
         if not answered.get(w.grade_id, True):
             w.answered, w.points = False, 0.0
-    stages["status"](g)
     result.timings = {"decide_again": time.monotonic() - started}
     result.seconds = round(time.monotonic() - started, 3)
     return result
@@ -144,8 +162,8 @@ def regrade(
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
     reference, _ = prove(course, aid, limits, isolation, workers)
     report.reference_seconds = time.monotonic() - started
-    inputs = source_inputs(course.read_source(aid))
-    present = course.submitted(aid)
+    inputs = assignment_inputs(course, aid)
+    present = course.handed_in(aid)
     again: dict[str, str] = {}
     with Recorder(course.db_url) as recorder:
         for sid, old in olds.items():

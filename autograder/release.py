@@ -35,7 +35,10 @@ def run_nbgrader(course: Course, *args: str, db_url: str | None = None) -> subpr
     env = nbgrader_env(course)
     if db_url:
         env["DLCOURSE_DB_URL"] = db_url
-    command = [sys.executable, "-m", "nbgrader", *args, f"--CourseDirectory.root={course.root}"]
+    command = [
+        sys.executable, "-m", "nbgrader", *args,
+        f"--CourseDirectory.root={course.root}", f"--CourseDirectory.db_url={db_url or course.db_url}",
+    ]  # fmt: skip
     done = subprocess.run(command, cwd=course.root, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
@@ -46,11 +49,12 @@ def release(course: Course, aids: list[str] | None = None, db_url: str | None = 
     """Generate the release of each assignment (all by default) and check that nothing leaked."""
     written = []
     for aid in aids or course.assignments():
-        course.source_notebook(aid)  # a clear error for an unknown id
+        course.source_notebook(aid, (course.notebooks(aid) or [None])[0])  # a clear error for an unknown id
         run_nbgrader(course, "generate_assignment", aid, "--force", "--log-level=WARN", db_url=db_url)
-        notebook = course.release_notebook(aid)
-        leaks = [m for m in LEAK_MARKERS if m in notebook.read_text(encoding="utf-8")]
-        if leaks:
-            raise RuntimeError(f"{notebook} still contains {leaks}: the release would leak solutions")
-        written.append(notebook)
+        for nb in course.notebooks(aid):
+            notebook = course.release_notebook(aid, nb)
+            leaks = [m for m in LEAK_MARKERS if m in notebook.read_text(encoding="utf-8")]
+            if leaks:
+                raise RuntimeError(f"{notebook} still contains {leaks}: the release would leak solutions")
+            written.append(notebook)
     return written

@@ -182,12 +182,13 @@ def _prompt_of(source: nbformat.NotebookNode, index: int):
     return before if before.cell_type == "markdown" and not is_solution(before) else None
 
 
-def repair(course: Course, aid: str, submission: Path) -> Repaired:
+def repair(course: Course, aid: str, submission: Path, nb: str | None = None) -> Repaired:
+    """The notebook ``nb`` of ``aid`` (its only one by default) to run for the hand-in at ``submission``."""
     data, fatal, notes = read_notebook(submission)
     if fatal:
         return Repaired(None, fatal, notes)
-    source = course.read_source(aid)
-    release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    source = course.read_source(aid, nb)
+    release = nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
     release_by_id = {
         nbgrader_meta(c).get("grade_id"): c for c in release.cells if nbgrader_meta(c).get("grade_id")
     }

@@ -31,6 +31,11 @@ def pass_rates(rows: list[Result]) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in rates.items()}
 
 
+def kernel_decided(rows: list[Result]) -> set[str]:
+    """The tests decided in the students' kernels (no checks: nbgrader's rule), by grade_id."""
+    return {c.grade_id for r in rows for c in r.cells if c.decided == "kernel"}
+
+
 def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     import matplotlib
 
@@ -44,7 +49,16 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     rates = pass_rates(rows)
     width = max((len(k) for k in rates), default=len("test"))
     lines = [f"{aid}: {len(rows)} submissions", f"{'test':<{width}}  passed"]
-    lines += [f"{k:<{width}}  {p:>3}/{n:<3} {p / n:6.0%}" for k, (p, n) in rates.items()]
+    in_kernel = kernel_decided(rows)
+    lines += [
+        f"{k:<{width}}  {p:>3}/{n:<3} {p / n:6.0%}" + ("  decided in the kernel" if k in in_kernel else "")
+        for k, (p, n) in rates.items()
+    ]
+    if in_kernel:
+        lines.append(
+            f"{len(in_kernel)} test(s) without checks are decided in the kernel, as nbgrader decides them (a "
+            "notebook can fake their pass); the others are decided outside it, from recorded values"
+        )
     scores = [r.score for r in rows]
     lines.append(f"mean score {sum(scores) / len(scores):.1f} / {rows[0].max_score:g}")
     written = written_summary(rows)
@@ -158,12 +172,14 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
             case = f"<b>{e(name or 'the test cell')}</b>{kind}: {count} of {n - passed} failures<br><span class=fail>{e(message)}</span>"
         else:
             case = ""
+        if gid in kernel_decided(rows):
+            case = "<i>decided in the kernel (no checks; nbgrader's rule)</i><br>" + case
         tests.append(
             f"<tr><td>{e(gid)}</td><td class=num>{passed} / {n}</td><td class=num>{passed / n:.0%}</td><td>{case}</td></tr>"
         )
     students = []
     for r in sorted(everything, key=lambda r: r.student_id):
-        feedback = course.feedback_page(aid, r.student_id)
+        feedback = course.feedback_page(aid, r.student_id, (course.notebooks(aid) or [aid])[0])
         if feedback.is_file():
             link = f'<a href="{relative(feedback, out_dir)}">feedback</a>'
         else:

@@ -50,6 +50,10 @@ class CellResult:
     message: str = ""  # the first failing case's, in plain words
     kernel_verdict: str = "not run"  # "passed", "failed", "not run": the kernel's own (untrusted) view
     groups: list[GroupResult] = field(default_factory=list)
+    notebook: str = ""  # the notebook it is in (an assignment may have several)
+    # "outside": from the data the run captured, against the reference; "kernel": a test cell without checks
+    # (plain asserts), decided as nbgrader decides it, from how the cell ran in the student's kernel
+    decided: str = "outside"
 
     @classmethod
     def from_dict(cls, data: dict) -> CellResult:
@@ -69,6 +73,7 @@ class WrittenResult:
     points: float | None = None
     answered: bool = True  # changed from the release's stub
     comment: str = ""  # the grader's comment in formgrader, if any
+    notebook: str = ""
 
     @property
     def awaiting(self) -> bool:

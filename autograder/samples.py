@@ -33,22 +33,41 @@ def model_answer(text: str) -> str:
     return (found.group(1) if found else inside).strip()
 
 
-def _answers(source: nbformat.NotebookNode) -> dict[str, str]:
+def solution_block(course: Course | None = None) -> re.Pattern:
+    """The solution block as the course's nbgrader configuration delimits it (``### BEGIN SOLUTION`` by
+    default)."""
+    if course is None:
+        return SOLUTION_BLOCK
+    config = course.config.ClearSolutions
+    begin = config.get("begin_solution_delimeter", "BEGIN SOLUTION")
+    end = config.get("end_solution_delimeter", "END SOLUTION")
+    if (begin, end) == ("BEGIN SOLUTION", "END SOLUTION"):
+        return SOLUTION_BLOCK
+    return re.compile(
+        rf"^[ \t]*\S*[ \t]*{re.escape(begin)}[ \t]*\n(.*?)^[ \t]*\S*[ \t]*{re.escape(end)}[ \t]*\n?",
+        re.S | re.M,
+    )
+
+
+def _answers(source: nbformat.NotebookNode, block: re.Pattern = SOLUTION_BLOCK) -> dict[str, str]:
     """Each answer cell's code as a student who solved it would leave it (solution markers removed); a
     written answer (markdown) holds its model answer."""
     return {
         nbgrader_meta(c)["grade_id"]: model_answer(c.source)
         if c.cell_type == "markdown"
-        else SOLUTION_BLOCK.sub(lambda m: m.group(1), c.source)
+        else block.sub(lambda m: m.group(1), c.source)
         for c in source.cells
         if is_solution(c)
     }
 
 
-def filled(course: Course, aid: str, answered: set[str] | None = None) -> nbformat.NotebookNode:
-    """The release with answers filled in: all of them, or only those in ``answered``."""
-    nb = nbformat.read(str(course.release_notebook(aid)), as_version=4)
-    answers = _answers(course.read_source(aid))
+def filled(
+    course: Course, aid: str, answered: set[str] | None = None, nb: str | None = None
+) -> nbformat.NotebookNode:
+    """The release (of the notebook ``nb``) with answers filled in: all of them, or only those in ``answered``."""
+    notebook = nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
+    answers = _answers(course.read_source(aid, nb), solution_block(course))
+    nb = notebook
     for cell in nb.cells:
         gid = nbgrader_meta(cell).get("grade_id")
         if is_solution(cell) and (answered is None or gid in answered):
@@ -60,21 +79,34 @@ CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader_config.p
 TEXT_STUB = "YOUR ANSWER HERE"  # and its ClearSolutions.text_stub, for written answers
 
 
-def untouched(course: Course, aid: str) -> nbformat.NotebookNode:
+def untouched(course: Course, aid: str, nb: str | None = None) -> nbformat.NotebookNode:
     """The release as nbgrader generates it from the source, whatever has been saved into the release file
-    since (a self-learner works in it): every answer cell holds its stub again (code or written)."""
-    nb = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    since (a self-learner works in it): every answer cell holds its stub again (code or written), as the
+    course's ``ClearSolutions`` writes it."""
+    source = course.read_source(aid, nb)
+    config = course.config.ClearSolutions
+    language = source.metadata.get("kernelspec", {}).get("language", "python")
+    code_stub = (
+        config.get("code_stub", {}).get(language, CODE_STUB)
+        if isinstance(config.get("code_stub", {}), dict)
+        else CODE_STUB
+    )
+    text_stub = config.get("text_stub", TEXT_STUB)
+    block = solution_block(course)
+    nb = nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
     stubs = {}
-    for cell in course.read_source(aid).cells:
+    for cell in source.cells:
         if is_solution(cell):
-            text = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
+            text = code_stub if cell.cell_type == "code" else text_stub
             stub = (
                 lambda m, text=text: "".join(  # noqa: E731  (the stub, at the indentation of its BEGIN line)
                     m.group(0)[: len(m.group(0)) - len(m.group(0).lstrip())] + line + "\n"
                     for line in text.splitlines()
                 )
             )
-            stubs[nbgrader_meta(cell)["grade_id"]] = SOLUTION_BLOCK.sub(stub, cell.source).rstrip("\n")
+            stubs[nbgrader_meta(cell)["grade_id"]] = (
+                block.sub(stub, cell.source).rstrip("\n") if block.search(cell.source + "\n") else text
+            )
     for cell in nb.cells:
         gid = nbgrader_meta(cell).get("grade_id")
         if is_solution(cell) and gid in stubs:

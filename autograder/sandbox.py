@@ -94,6 +94,7 @@ class Outcome:
     detail: str = ""
     peak_memory_mb: float | None = None  # the sandbox's whole process tree, sampled every 0.2 s
     outputs: dict = field(default_factory=dict)  # code cell index -> its outputs as the cell left them
+    kernel_outputs: dict | None = None  # grade_id -> outputs of the test cells decided in the kernel
 
 
 def _kernel_env(scratch: Path, limits: Limits) -> dict[str, str]:
@@ -216,14 +217,19 @@ class Sandbox:
         assert self.process is not None
         given = self.scratch / "input"
         given.mkdir(mode=0o755)
-        if files is not None:
+        if files is not None:  # a folder the grader made (autograder.pipeline.assignment_files)
             for item in files.iterdir():
-                if item.is_file() and not item.is_symlink() and item.suffix != ".ipynb":
+                if item.is_symlink():
+                    continue
+                if item.is_dir():
+                    shutil.copytree(item, given / item.name, symlinks=True)
+                elif item.is_file() and item.suffix != ".ipynb":
                     shutil.copy(item, given / item.name)
         path = given / "submission.ipynb"
         nbformat.write(notebook, str(path))
-        for item in given.iterdir():
-            item.chmod(0o644)
+        for item in given.rglob("*"):
+            if not item.is_symlink():
+                item.chmod(0o755 if item.is_dir() else 0o644)
         start = time.monotonic()
         if not self.wait_ready(timeout=self.limits.timeout):
             self.kill()

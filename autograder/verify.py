@@ -113,11 +113,48 @@ def hidden_message(case: Case, expected, got) -> str:
     return f"{case.name}: differs from the reference solution's result on hidden inputs (values not shown)"
 
 
-def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
+def kernel_cell(grade_id: str, points: float, outputs: list | None) -> CellResult:
+    """A graded test cell without checks, decided as nbgrader's ``determine_grade`` decides it, from the
+    outputs the cell left in the student's kernel: an error or anything written to stderr earns 0, a number
+    as the cell's value earns that many points (at most the cell's), anything else full points. A cell that
+    never ran earns 0. The verdict is the kernel's (the student's code ran in it): marked as such."""
+    import nbformat
+    from nbgrader.utils import determine_grade
+
+    if outputs is None:
+        return CellResult(grade_id, 0.0, points, False, f"{grade_id}: the test cell did not run", "not run",
+                          decided="kernel")  # fmt: skip
+    cell = nbformat.v4.new_code_cell(
+        metadata={"nbgrader": {"grade": True, "solution": False, "points": points}}
+    )
+    try:
+        cell.outputs = [nbformat.from_dict(o) for o in outputs if isinstance(o, dict)]
+        earned, _ = determine_grade(cell)
+        earned = min(max(float(earned or 0.0), 0.0), points)
+    except Exception:  # noqa: BLE001  (outputs the student's code made that nbgrader cannot read)
+        earned = 0.0
+    error = next((o for o in cell.outputs if o.get("output_type") == "error"), None)
+    if earned >= points:
+        return CellResult(grade_id, points, points, True, "", "passed", decided="kernel")
+    if error is not None:
+        why = f"{str(error.get('ename'))[:100]}: {str(error.get('evalue'))[:300]}".rstrip(": ")
+        message = f"{grade_id}: the test cell raised {why}"
+    elif any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in cell.outputs):
+        message = f"{grade_id}: the test cell wrote to stderr (nbgrader gives such a cell 0)"
+    else:
+        message = f"{grade_id}: the test cell's value gives {earned:g} of {points:g} points"
+    return CellResult(grade_id, round(earned, 2), points, False, message,
+                      "failed" if earned == 0 else "passed", decided="kernel")  # fmt: skip
+
+
+def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: dict | None = None) -> Verdict:
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
     for grade_id, cell in reference.cells.items():
+        if cell.get("decided") == "kernel":
+            verdict.cells.append(kernel_cell(grade_id, cell["points"], (kernel_outputs or {}).get(grade_id)))
+            continue
         entry = kernel.get(grade_id)
         # a reference from before points per case: the whole cell is one group
         groups = cell.get("groups") or [{"name": grade_id, "cases": cell["cases"], "points": cell["points"]}]
@@ -164,13 +201,14 @@ def verify(reference: Reference, capture: Path, summary: dict) -> Verdict:
     return verdict
 
 
-def written_results(reference: Reference, repaired=None) -> list[WrittenResult]:
+def written_results(reference: Reference, repaired=None, unanswered: bool = False) -> list[WrittenResult]:
     """The written answers of the reference's source, each awaiting manual grading, or given 0 where the
-    submission left it as the release's stub (``repaired.answered``; no repair at hand: awaiting). The
-    gradebook's manual scores are added when the result is recorded (:mod:`autograder.record`)."""
+    submission left it as the release's stub (``repaired.answered``; no repair at hand: awaiting, or 0 with
+    ``unanswered``, for a notebook that was not handed in or cannot be read). The gradebook's manual scores
+    are added when the result is recorded (:mod:`autograder.record`)."""
     answered = repaired.answered if repaired is not None else {}
     found = []
     for grade_id, points in reference.written.items():
-        done = answered.get(grade_id, True)
+        done = answered.get(grade_id, not unanswered)
         found.append(WrittenResult(grade_id, float(points), None if done else 0.0, done))
     return found

@@ -1,0 +1,234 @@
+"""Any nbgrader course, not only this one: nbgrader's own example course (``nbgrader quickstart``: ``ps1``
+with two notebooks, an image, a header notebook, manually graded answers and a task cell) and the scenario
+nbgrader's own test suite autogrades (its ``submitted-*.ipynb`` fixtures), built from the installed nbgrader
+package, graded by plain ``nbgrader autograde`` and by this autograder in one run: the raw scores must be
+equal per student and notebook. Where nbgrader does not hold (a submission that rewrites the gradebook, one
+that kills its parent, metadata stripped by Colab), this autograder must.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.course import Course
+from autograder.isolation import resolve
+from autograder.pipeline import grade
+from autograder.samples import strip_nbgrader_metadata
+from autograder.sandbox import Limits
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
+
+FIXTURES = Path(__import__("nbgrader").__file__).parent / "tests" / "apps" / "files"
+
+
+def nbgrader(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("DLCOURSE_DB_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def autograded_points(root: Path, aid: str) -> dict[tuple[str, str], float]:
+    """(student, notebook) -> the points of the graded test cells, from the gradebook (nbgrader's grade rows
+    of the cells that are tests, not answers)."""
+    with Gradebook("sqlite:///" + str(root / "gradebook.db")) as gb:
+        tests = {
+            (nb.name, cell.name)
+            for nb in gb.find_assignment(aid).notebooks
+            for cell in nb.grade_cells
+            if cell.cell_type == "code" and not any(s.name == cell.name for s in nb.solution_cells)
+        }
+        return {
+            (s.student.id, n.name): round(
+                sum(g.auto_score or 0.0 for g in n.grades if (n.name, g.name) in tests), 2
+            )
+            for s in gb.find_assignment(aid).submissions
+            for n in s.notebooks
+        }
+
+
+def ours(root: Path, aid: str, **kw) -> dict:
+    results = grade(Course(root=root), aid, workers=2, limits=Limits(timeout=120, cell_timeout=60), **kw)
+    return {r.student_id: r for r in results}
+
+
+def per_notebook(result) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for cell in result.cells:
+        found[cell.notebook] = round(found.get(cell.notebook, 0.0) + cell.points, 2)
+    return found
+
+
+def hand_in(root: Path, sid: str, aid: str, notebooks: dict[str, nbformat.NotebookNode], files=()) -> None:
+    folder = root / "submitted" / sid / aid
+    folder.mkdir(parents=True)
+    for name, nb in notebooks.items():
+        nbformat.write(nb, str(folder / f"{name}.ipynb"))
+    for path in files:
+        shutil.copy(path, folder / path.name)
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> Path:
+    """nbgrader's example course, released, with the honest submissions graded by plain nbgrader first
+    (into a copy of the course) and the same submissions handed in to this one."""
+    base = tmp_path_factory.mktemp("quickstart")
+    nbgrader(base, "quickstart", "course101")
+    root = base / "course101"
+    nbgrader(root, "generate_assignment", "ps1")
+    names = ["problem1", "problem2"]
+    source = {n: nbformat.read(str(root / "source" / "ps1" / f"{n}.ipynb"), as_version=4) for n in names}
+    release = {n: nbformat.read(str(root / "release" / "ps1" / f"{n}.ipynb"), as_version=4) for n in names}
+    hand_in(root, "solutions", "ps1", source)
+    hand_in(root, "release", "ps1", release)
+    hand_in(root, "partly", "ps1", {"problem1": source["problem1"]})  # problem2 never handed in
+    plain = base / "plain"
+    shutil.copytree(root, plain)
+    nbgrader(plain, "autograde", "ps1")
+    return root
+
+
+def test_quickstart_gets_nbgraders_scores(quickstart):
+    """The same raw points per student and notebook as plain nbgrader, and the same written answers awaiting
+    manual grading; every test of this course is decided in the kernel (plain asserts) and says so."""
+    expected = autograded_points(quickstart.parent / "plain", "ps1")
+    assert expected[("solutions", "problem1")] == 3.0  # nbgrader's own numbers on its own example
+    assert expected[("release", "problem1")] == 0.0
+    results = ours(quickstart, "ps1")
+    assert set(results) == {"solutions", "release", "partly"}
+    got = autograded_points(quickstart, "ps1")
+    assert got == expected, (got, expected)
+    for sid, result in results.items():
+        assert per_notebook(result).get("problem1", 0.0) == expected[(sid, "problem1")]
+        assert all(c.decided == "kernel" for c in result.cells)
+    solutions = results["solutions"]
+    assert solutions.score == solutions.max_score == 3.0 and solutions.status == "graded"
+    awaiting = {w.grade_id for w in solutions.written if w.awaiting}
+    assert {"sum_of_squares_equation", "sum_of_squares_application", "part-a", "part-b"} <= awaiting
+    assert {w.notebook for w in solutions.written} == {"problem1", "problem2"}
+    # a notebook that was not handed in: its written answers get 0, as nbgrader gives them
+    partly = {w.grade_id: w for w in results["partly"].written}
+    assert partly["part-a"].points == 0.0 and not partly["part-a"].answered
+    # the executed notebooks and a feedback page per notebook, where nbgrader puts them
+    for nb in ("problem1", "problem2"):
+        assert (quickstart / "autograded" / "solutions" / "ps1" / f"{nb}.ipynb").is_file()
+
+
+def test_quickstart_feedback_report_and_exports(quickstart):
+    from autograder.feedback import write_feedback
+    from autograder.report import write_report
+
+    ours(quickstart, "ps1")
+    pages = write_feedback(Course(root=quickstart), "ps1")
+    names = {p.relative_to(quickstart / "feedback").as_posix() for p in pages}
+    assert "solutions/ps1/problem1.html" in names and "solutions/ps1/problem2.html" in names
+    page = (quickstart / "feedback" / "release" / "ps1" / "problem1.html").read_text()
+    assert "decided in the kernel" in page and "correct_squares" in page
+    assert "part-a" not in page  # problem2's answer is on problem2's page
+    text, _ = write_report(Course(root=quickstart), "ps1", quickstart / "reports")
+    assert "decided in the kernel" in text
+
+
+@pytest.fixture(scope="module")
+def fixtures_course(tmp_path_factory) -> Path:
+    """The scenario of nbgrader's own autograde test: a one-notebook assignment ``p1`` whose answer cells
+    have no solution delimiters. Its source here is the ``changed`` fixture (whose answers pass the tests; the
+    ``unchanged`` one that nbgrader's test uses as source fails its own test, which this grader's canary
+    refuses), so the release and every test cell are the same as in nbgrader's test."""
+    root = tmp_path_factory.mktemp("fixtures")
+    (root / "source" / "ps1").mkdir(parents=True)
+    shutil.copy(FIXTURES / "submitted-changed.ipynb", root / "source" / "ps1" / "p1.ipynb")
+    (root / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "fixtures"\n')
+    nbgrader(root, "generate_assignment", "ps1")
+    for sid in ("unchanged", "changed", "cheat-attempt", "cheat-attempt-alternative"):
+        folder = root / "submitted" / sid / "ps1"
+        folder.mkdir(parents=True)
+        shutil.copy(FIXTURES / f"submitted-{sid}.ipynb", folder / "p1.ipynb")
+    plain = root.parent / (root.name + "-plain")
+    shutil.copytree(root, plain)
+    nbgrader(plain, "autograde", "ps1")
+    return root
+
+
+def test_nbgraders_fixtures_get_nbgraders_scores(fixtures_course):
+    expected = autograded_points(fixtures_course.parent / (fixtures_course.name + "-plain"), "ps1")
+    # as measured with nbgrader: unchanged 1, changed 2, both attempts to hide tracebacks 1
+    assert expected == {("unchanged", "p1"): 1.0, ("changed", "p1"): 2.0, ("cheat-attempt", "p1"): 1.0,
+                        ("cheat-attempt-alternative", "p1"): 1.0}  # fmt: skip
+    notes = []
+    results = ours(fixtures_course, "ps1", on_notice=notes.append)
+    assert autograded_points(fixtures_course, "ps1") == expected
+    assert {sid: r.score for sid, r in results.items()} == {s: p for (s, _), p in expected.items()}
+    # the release passes the test that only prints: reported, not refused (the canary is not strict here)
+    assert notes and "foo" in notes[0] and "1 of 2" in notes[0]
+    with Gradebook("sqlite:///" + str(fixtures_course / "gradebook.db")) as gb:
+        unchanged = {g.name: g for g in gb.find_submission_notebook("p1", "ps1", "unchanged").grades}
+        changed = {g.name: g for g in gb.find_submission_notebook("p1", "ps1", "changed").grades}
+        assert unchanged["quux"].auto_score == 0 and not unchanged["quux"].needs_manual_grade
+        assert changed["quux"].auto_score is None and changed["quux"].needs_manual_grade
+
+
+def test_strict_canary_refuses_a_release_that_scores(fixtures_course):
+    from autograder.canary import CanaryFailed
+
+    with pytest.raises(CanaryFailed, match="untouched release got 1 points"):
+        ours(fixtures_course, "ps1", strict=True, force=True)
+
+
+def test_where_nbgrader_does_not_hold(tmp_path):
+    """Three hand-ins that break plain nbgrader's batch or grade: one rewrites the gradebook, one kills its
+    parent (nbgrader's autograde process), one lost its metadata in Colab. Graded here with the honest
+    solutions beside them: the gradebook stays whole, the honest student keeps full marks, the Colab copy
+    is repaired and graded, the killer is graded on what ran."""
+    nbgrader(tmp_path, "quickstart", "course101")
+    root = tmp_path / "course101"
+    nbgrader(root, "generate_assignment", "ps1")
+    source = {
+        n: nbformat.read(str(root / "source" / "ps1" / f"{n}.ipynb"), as_version=4)
+        for n in ("problem1", "problem2")
+    }
+
+    def with_first_answer(code: str):
+        nb = nbformat.from_dict(json.loads(json.dumps(source["problem1"])))
+        answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "squares")
+        answer.source += "\n" + code
+        return {"problem1": nb, "problem2": source["problem2"]}
+
+    hand_in(root, "honest", "ps1", source)
+    hand_in(root, "colab", "ps1", {n: strip_nbgrader_metadata(nb) for n, nb in source.items()})
+    wipe = (  # every gradebook.db up the folders it runs in, and the course's own by its path
+        f"import os\nfolder, paths = os.getcwd(), [{str(root / 'gradebook.db')!r}]\n"
+        "for _ in range(10):\n    paths.append(os.path.join(folder, 'gradebook.db'))\n    folder = os.path.dirname(folder)\n"
+        "for p in paths:\n    try:\n        open(p, 'w').write('gone')\n    except OSError:\n        pass\n"
+    )
+    hand_in(root, "wiper", "ps1", with_first_answer(wipe))
+    hand_in(
+        root, "killer", "ps1", with_first_answer("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    )
+    before = (root / "gradebook.db").read_bytes()[:16]
+    results = ours(root, "ps1", isolation=resolve("auto"))
+    assert (root / "gradebook.db").read_bytes()[:16] == before == b"SQLite format 3\x00"
+    assert results["honest"].score == 3.0 and results["colab"].score == 3.0
+    assert any("lost its nbgrader metadata" in n for n in results["colab"].notes)
+    assert results["wiper"].score == 3.0  # it could not reach the gradebook; its answers are right
+    # the kernel's parent is the sandbox's (its PID 1 or the driver), never the grader: graded on what ran
+    assert not results["killer"].is_error and results["killer"].status in ("graded", "crashed")
+    recorded = autograded_points(root, "ps1")
+    assert recorded[("honest", "problem1")] == 3.0 and recorded[("colab", "problem1")] == 3.0
