@@ -1,6 +1,7 @@
 """A7's lecture-paste sample: lecture 15's code pasted into A7's answer cells, as a student who copies the lecture
 would hand it in (single-head thinking, no masks, naive attention that also returns the log-sum-exp, a cache grown
-with ``torch.cat``, SDPA's top-left causal mask, the lecture's cache formula; nothing where the lecture has nothing).
+with ``torch.cat``, SDPA's top-left causal mask, the lecture's cache formula; nothing where the lecture has nothing:
+the backward pass by hand and the benchmark of SDPA's backends).
 It must stay well below a pass: the assignment asks for the lecture's ideas applied, not pasted.
 
 The sample is made from the release, so it follows the assignment; after ``python -m autograder check A7 --update``
@@ -139,7 +140,8 @@ def test_every_pasted_cell_is_an_answer_cell_of_the_release():
         nbgrader_meta(c)["grade_id"] for c in release.cells if is_solution(c) and c.cell_type == "code"
     }
     assert set(PASTED) <= answers
-    assert answers - set(PASTED) == {"flash_attention"}  # the lecture has no custom backward pass
+    # the lecture has no custom backward pass, and times SDPA as a whole, never one backend at a time
+    assert answers - set(PASTED) == {"flash_attention", "sdpa_benchmark"}
 
 
 def test_committed_lecture_paste_is_current():
