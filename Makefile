@@ -39,7 +39,7 @@ bench: setup
 bench-quick: setup
 	$(PY) -m benchmarks --quick
 
-## gpu-check: on a CUDA machine (a Colab GPU runtime), the GPU tests, lectures 10 and 12, A3 and A5 graded, FLOP/s
+## gpu-check: on a CUDA machine (a Colab GPU runtime), the GPU tests, lectures 10 and 12, A3, A5 and A7 graded, FLOP/s
 gpu-check: setup
 	$(PY) -m benchmarks.gpu_check
 

@@ -6,7 +6,8 @@ CPU and on torch's ``meta`` device. This check is for an instructor with a GPU a
 
 1. the tests marked ``gpu`` (``pytest -m gpu``), which skip themselves elsewhere;
 2. the lectures that measure the GPU (10, and 12 where it exists), executed top to bottom;
-3. the autograder on the perfect sample submissions of A3 and A5, whose hidden tests train on the GPU;
+3. the autograder on the perfect sample submissions of A3, A5 and A7, whose test cells run the student's code on
+   the GPU where there is one (A3 and A5 train there; A7 times SDPA's fused kernels against the student's own);
 4. the matmul FLOP/s of the card in float32, TF32, float16 and bfloat16, beside its published peak.
 
 It prints one line per step and a summary, and exits 1 if a step failed. Without a CUDA device it prints
@@ -28,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LECTURES = ("10_hardware.ipynb", "12_fast_training.ipynb")
-GRADED = ("A3", "A5")
+GRADED = ("A3", "A5", "A7")  # each has a graded test cell with a torch.cuda.is_available() branch
 LECTURE_TIMEOUT_S = 600
 
 

@@ -49,8 +49,39 @@ def test_a_failed_step_fails_the_check_and_the_others_still_run(monkeypatch, cap
     monkeypatch.setattr(gpu_check, "matmul_rates", lambda n: [("float16", 50.0, 65.0), ("tf32", 8.0, None)])
     assert gpu_check.main(["--size", "64"]) == 1
     out = capsys.readouterr().out
-    assert graded == ["A3", "A5"]
+    assert graded == ["A3", "A5", "A7"]
     assert "FAIL  autograder: A3 perfect sample" in out and "RuntimeError: the sandbox did not start" in out
-    assert "PASS  autograder: A5 perfect sample" in out
+    assert "PASS  autograder: A5 perfect sample" in out and "PASS  autograder: A7 perfect sample" in out
     assert "float16       50.0 TFLOP/s  (77% of 65)" in out
     assert "lecture 10_hardware.ipynb" in out
+
+
+@pytest.mark.parametrize("aid", gpu_check.GRADED)
+def test_each_assignment_it_grades_has_a_perfect_sample_and_a_graded_cuda_branch(aid):
+    """What the check grades on a GPU is there to grade: the perfect sample it hands the autograder, and a
+    graded test cell that runs the student's code on CUDA where there is a GPU (on a CPU it is skipped)."""
+    from autograder.course import Course, is_graded_test
+
+    course = Course()
+    assert (course.samples(aid) / "perfect.ipynb").is_file()
+    graded = [c.source for c in course.read_source(aid).cells if is_graded_test(c)]
+    assert any("if torch.cuda.is_available():" in source for source in graded), aid
+
+
+def test_grading_a_perfect_sample_reads_its_row_of_the_grades(monkeypatch, tmp_path):
+    """The step's CPU-visible half: the autograder's command line and the grades CSV it leaves, read back."""
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        out = Path(command[command.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "grades.csv").write_text(
+            "student_id,score,max_score,status,reason\nperfect,90,100,graded,a7.sdpa.cuda_problems failed\n"
+        )
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    passed, detail = gpu_check.grade_perfect_sample("A7")
+    assert commands[0][1:5] == ["-m", "autograder", "run", "A7"]
+    assert not passed and detail == "90/100 (graded: a7.sdpa.cuda_problems failed)"
