@@ -14,7 +14,8 @@ PLOT_NAME = "summary.png"
 WAYS = (("nbgrader", "nbgrader"), ("lower_bound", "lower bound"), ("autograder", "autograder"))
 MUTANTS_PREFIX = "mutants-"  # results/mutants-<timestamp>.json: benchmarks.mutants
 COLAB_PREFIX = "colab-check-"  # results/colab-check-<timestamp>.json: benchmarks.colab_check
-OWN_SECTIONS = (MUTANTS_PREFIX, COLAB_PREFIX)
+PARTS_PREFIX = "parts-"  # results/parts-<timestamp>.json: benchmarks.parts
+OWN_SECTIONS = (MUTANTS_PREFIX, COLAB_PREFIX, PARTS_PREFIX)
 
 
 def load_runs(results: Path) -> list[tuple[str, dict]]:
@@ -373,6 +374,33 @@ def mutants_section(results: Path) -> list[str]:
     return out
 
 
+def parts_section(results: Path) -> list[str]:
+    """The latest ``python -m benchmarks.parts`` run of each assignment: seconds per part of its source."""
+    chosen: dict[str, tuple[str, dict, dict]] = {}
+    for path in sorted(results.glob(PARTS_PREFIX + "*.json")):
+        try:
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for entry in run.get("assignments", []):
+            chosen[entry["assignment"]] = (path.name, run, entry)
+    if not chosen:
+        return []
+    out = ["## Seconds per part of a source solution", "",
+           "`python -m benchmarks.parts <AID>`: the source top to bottom in a fresh kernel, as the reference run runs it "
+           "(checks captured), each part's code cells timed by nbclient from start to reply; a part is a `## ` "
+           "heading and the cells up to the next.", ""]  # fmt: skip
+    for aid, (name, run, entry) in sorted(chosen.items()):
+        out += [f"### {aid} (run `{name}`)", "", machine_line(run) + ".", ""]
+        out += table(
+            ["part", "code cells", "seconds"],
+            [[p["part"], p["code_cells"], f"{p['seconds']:.2f}"] for p in entry["parts"]],
+        )
+        out += [f"Cells {entry['cells_seconds']:.1f} s; the whole run, kernel start included, {entry['total_seconds']:.1f} s "
+                f"(load after: {entry.get('load_average_after')}).", ""]  # fmt: skip
+    return out
+
+
 def gigabytes(value) -> str:
     return "n/a" if value is None else f"{value / 1e9:.1f} GB"
 
@@ -536,6 +564,7 @@ def write_report(out: Path) -> Path:
         if chosen.get(section):
             lines += render(*chosen[section])
     lines += mutants_section(results)
+    lines += parts_section(results)
     lines += colab_section(results)
     target = out / "RESULTS.md"
     target.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
