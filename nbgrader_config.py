@@ -19,7 +19,6 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.Exchange.root = os.environ.get("DLCOURSE_EXCHANGE", os.path.join(here, ".grading", "exchange"))
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
 
 # Late work. Due dates live in the gradebook: `python -m autograder deadline A1 --due "2026-12-01 23:59 UTC"`
@@ -41,6 +40,9 @@ try:
     from nbgrader.converters.autograde import Autograde
 
     from autograder.late import LateWork
+    from autograder.sandbox import Limits
+
+    c.Execute.timeout = int(Limits().cell_timeout)  # one per-cell limit for nbgrader and the autograder
     from autograder.nbgrader_hooks import RequireReference, use_reference
 
     c.AssignLatePenalties.plugin_class = LateWork  # nbgrader's autograde applies the rule above

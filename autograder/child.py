@@ -132,6 +132,9 @@ def _kernel_preexec() -> None:
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+HIDDEN_ERROR = "ERROR: an error occurred while the notebook had disabled showing it"
+
+
 def make_client(cell_timeout: float):
     import nbformat
     from nbclient import NotebookClient
@@ -163,7 +166,7 @@ def make_client(cell_timeout: float):
         cell.setdefault("outputs", []).append(
             nbformat.v4.new_output(
                 "error", ename=str(ename), evalue=str(content.get("evalue", "")),
-                traceback=["ERROR: an error occurred while the notebook had disabled showing it"],
+                traceback=[HIDDEN_ERROR],
             )
         )  # fmt: skip
 
@@ -210,6 +213,8 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None
         texts = []
         for out in outputs[index]:
             if out.get("output_type") == "error":
+                if out.get("traceback") == [HIDDEN_ERROR]:
+                    entry["hidden_error"] = 1  # the report carries plain values: no booleans
                 entry.update(
                     status="error",
                     ename=short(str(out.get("ename")), 200),

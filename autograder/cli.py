@@ -30,8 +30,9 @@ def add_grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cell-timeout",
         type=float,
-        default=default.cell_timeout,
-        help=f"seconds for one cell (default {default.cell_timeout:g})",
+        default=None,
+        help="seconds for one cell (default: the course's Execute.timeout in nbgrader_config.py, else "
+        f"{default.cell_timeout:g})",
     )
     p.add_argument(
         "--memory",
@@ -53,6 +54,11 @@ def add_grading_options(p: argparse.ArgumentParser) -> None:
         "--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)"
     )
     p.add_argument("--force", action="store_true", help="grade again even if already graded")
+    p.add_argument(
+        "--strict-canary", action="store_true",
+        help="refuse to grade when the untouched release earns any point (always so where every test is "
+        "checked outside the kernel, as in this course; else such tests are listed and grading goes on)",
+    )  # fmt: skip
 
 
 def cmd_release(args) -> int:
@@ -196,12 +202,18 @@ def cmd_similarity(args) -> int:
 
     threshold = THRESHOLD if args.threshold is None else args.threshold
     print(f"flagging pairs with a similarity of {threshold:g} or more (--threshold to change)")
-    result, page, table = write_similarity(args.course, args.aid, threshold, archive=args.archive)
-    for pair in result.flagged:
-        print(f"! {pair.first} & {pair.second}: {pair.score:.2f}")
-    for match in result.flagged_references:
-        print(f"! {match.first}: {match.reaches()}")
-    print(f"{len(result.flagged)} of {len(result.pairs)} pairs flagged; report: {page}; all pairs: {table}")
+    names = args.course.notebooks(args.aid)
+    for nb in names if len(names) > 1 else [None]:  # an assignment of several notebooks: each on its own
+        if nb is not None:
+            print(f"== {nb}.ipynb")
+        result, page, table = write_similarity(args.course, args.aid, threshold, archive=args.archive, nb=nb)
+        for pair in result.flagged:
+            print(f"! {pair.first} & {pair.second}: {pair.score:.2f}")
+        for match in result.flagged_references:
+            print(f"! {match.first}: {match.reaches()}")
+        print(
+            f"{len(result.flagged)} of {len(result.pairs)} pairs flagged; report: {page}; all pairs: {table}"
+        )
     return 0
 
 
@@ -232,6 +244,17 @@ def cmd_check(args) -> int:
     from autograder.conventions import check
 
     return check(args.course, args.aids or args.course.assignments(), update=args.update)
+
+
+def cmd_new(args) -> int:
+    from autograder.new import new
+
+    try:
+        print(new(args.course, args.aid))
+    except (ValueError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_doctor(args) -> int:
@@ -399,10 +422,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("check", help="check assignment sources against the conventions")
+    from autograder.conventions import CONVENTIONS
+
+    p = sub.add_parser(
+        "check",
+        help="check assignment sources against the conventions",
+        description="The conventions of an assignment in this course's format:\n" + CONVENTIONS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("aids", nargs="*")
     p.add_argument("--update", action="store_true", help="then release each one and regenerate its samples")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("new", help="write a working starter for a new assignment in this course's format")
+    p.add_argument("aid")
+    p.set_defaults(func=cmd_new)
 
     p = sub.add_parser(
         "doctor", help="what isolation is in force, what is missing, and each assignment's canary"

@@ -560,6 +560,14 @@ def collect(
 
     from autograder.late import deadlines, write_timestamp
 
+    if len(course.notebooks(aid)) > 1:
+        raise ValueError(
+            f"{aid} has {len(course.notebooks(aid))} notebooks: collect takes one notebook per student. Hand-ins of "
+            "several notebooks go where nbgrader keeps them, submitted/<student>/"
+            + aid
+            + "/ with each notebook "
+            "under its name (nbgrader's own `nbgrader collect` puts them there), then `grade " + aid + "`"
+        )
     regex = re.compile(pattern, re.DOTALL)
     if not {"student", "user"} & set(regex.groupindex):
         raise ValueError("--pattern needs a (?P<student>...) or (?P<user>...) group")

@@ -7,7 +7,9 @@ assignment and regenerates its samples, so adding one is: write the source, run 
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 
 from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
 from autograder.reference import is_written
@@ -25,7 +27,14 @@ CONVENTIONS = f"""\
 7. a written answer (graded by hand, its points on top of the {TOTAL_POINTS}) is a markdown answer cell with points and
    grade_id "written_<name>", right after a read-only markdown prompt; its source is one solution block
    that holds "**Rubric (N points):**" (N its points), then its criteria as list items, each naming its
-   points ("- (2 points) ...", adding up to N), then "**Model answer:**" and the answer."""
+   points ("- (2 points) ...", adding up to N), then "**Model answer:**" and the answer;
+8. a hidden check records the student's value only (check("name", value)): the reference, the source's own
+   solutions run by the grader, decides it. A check inside ### BEGIN HIDDEN TESTS that is given an expected
+   value is graded as hidden all the same (its own share, its expected value never shown); `check` notes it.
+
+An assignment in this format is one notebook, source/<AID>/<AID>.ipynb, whose first code cell is the set-up
+(it installs the course package on Colab; `python -m autograder new AID` writes a working starter). Other
+nbgrader courses (any notebooks, plain-assert tests) are graded without these conventions."""
 
 WRITTEN_PREFIX = "written_"
 RUBRIC = re.compile(r"\*\*Rubric \((\d+(?:\.\d+)?) points?\):?\*\*:?")
@@ -33,8 +42,42 @@ RUBRIC = re.compile(r"\*\*Rubric \((\d+(?:\.\d+)?) points?\):?\*\*:?")
 CRITERION = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])[ \t].*?\b(\d+(?:\.\d+)?)[ \t]*(?:points?|pts?)\b", re.M)
 
 
+def hidden_checks_with_expected(source: str) -> list[str]:
+    """The names of the checks inside the hidden blocks of a test cell's ``source`` that are given an expected
+    value (a third positional argument or ``expected=``): such a check is public, not hidden."""
+    found = []
+    for block in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", source, re.S):
+        try:
+            tree = ast.parse(textwrap.dedent(block))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else ""
+            )
+            if name in ("check", "check_equal") and (
+                len(node.args) > 2 or any(k.arg == "expected" for k in node.keywords)
+            ):
+                first = node.args[0] if node.args else None
+                found.append(first.value if isinstance(first, ast.Constant) else ast.unparse(first or node))
+    return found
+
+
 def problems(course: Course, aid: str) -> list[str]:
     """What in ``aid``'s source breaks a convention; [] when it meets them all."""
+    if course.notebooks(aid) != [aid]:
+        return [
+            f"an assignment in this course's format is one notebook, {aid}/{aid}.ipynb; {aid} has "
+            f"{', '.join(n + '.ipynb' for n in course.notebooks(aid)) or 'none'} (an nbgrader course's "
+            "assignments are graded as they are, without these conventions)"
+        ]
     nb = course.read_source(aid)
     found = []
     tests = [c for c in nb.cells if is_graded_test(c)]
@@ -60,6 +103,7 @@ def problems(course: Course, aid: str) -> list[str]:
             found.append(f"graded cell {grade_id} has no hidden tests")
         if not re.search(r"\bcheck(_equal|_range|_accuracy)?\(", cell.source):
             found.append(f"graded cell {grade_id} calls no check(...) from dlcourse.grading")
+
     ids = [nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c)]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
@@ -124,6 +168,20 @@ def written_problems(nb) -> list[str]:
     return found
 
 
+def notes(course: Course, aid: str) -> list[str]:
+    """What in ``aid``'s source the grader handles but an author may not mean: hidden checks given an
+    expected value (graded as hidden, see :func:`autograder.reference.hidden_case_names`)."""
+    found = []
+    for cell in course.read_source(aid).cells:
+        if is_graded_test(cell):
+            for name in hidden_checks_with_expected(cell.source):
+                found.append(
+                    f"{nbgrader_meta(cell).get('grade_id')}: the hidden check {name} is given an expected value; "
+                    "it is graded as a hidden case (its own share, the value never shown), check(name, value) says so"
+                )
+    return found
+
+
 def check(course: Course, aids: list[str], update: bool = False) -> int:
     """Print each assignment's verdict; with ``update``, release it and regenerate its samples."""
     from autograder.release import release
@@ -137,6 +195,8 @@ def check(course: Course, aids: list[str], update: bool = False) -> int:
             print(f"{aid}: breaks the conventions:\n  " + "\n  ".join(found))
             continue
         print(f"{aid}: meets the conventions")
+        for line in notes(course, aid):
+            print(f"  note: {line}")
         if update:
             release(course, [aid])
             written = write_samples(course, aid)

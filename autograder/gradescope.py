@@ -42,7 +42,7 @@ PATH=/autograder/venv/bin:$PATH /autograder/venv/bin/python -m autograder grades
 
 def build_package(course: Course, aid: str, target: Path) -> Path:
     """Write the zip that an instructor uploads as the assignment's autograder on Gradescope."""
-    course.source_notebook(aid)
+    course.source_notebook(aid, (course.notebooks(aid) or [None])[0])  # a clear error for an unknown id
     files: dict[str, Path | str] = {
         "setup.sh": SETUP_SH.format(aid=aid),
         "run_autograder": RUN_AUTOGRADER.format(aid=aid),
@@ -130,28 +130,38 @@ def uploaded_notebooks(folder: Path, limit: int = 1000) -> tuple[list[Path], lis
 
 
 def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_path: Path) -> dict:
-    """Grade the single notebook in ``submission_dir`` and write Gradescope's results.json."""
+    """Grade the notebook(s) in ``submission_dir`` (for an assignment of several, each by its name) and write
+    Gradescope's results.json."""
     from autograder.pipeline import grade
     from autograder.release import release
 
     notebooks, skipped = uploaded_notebooks(Path(submission_dir))
-    preferred = [p for p in notebooks if p.name == f"{aid}.ipynb"] or notebooks
-    data, reason = (
-        (None, "no .ipynb file was uploaded")
-        if not preferred
-        else read_bytes_bounded(preferred[0], MAX_NOTEBOOK_BYTES)
-    )
-    if data is None:
+    names = course.notebooks(aid)
+    if len(names) > 1:  # an assignment of several notebooks: each is taken by its name
+        chosen = {n: next((p for p in notebooks if p.name == f"{n}.ipynb"), None) for n in names}
+        missing = [f"{n}.ipynb" for n, p in chosen.items() if p is None]
+    else:
+        preferred = [p for p in notebooks if p.name == f"{aid}.ipynb"] or notebooks
+        chosen = {course.notebook(aid): preferred[0] if preferred else None}
+        missing = [] if preferred else ["a notebook"]
+    read = {n: read_bytes_bounded(p, MAX_NOTEBOOK_BYTES) for n, p in chosen.items() if p is not None}
+    unreadable = [f"{n}.ipynb: {why}" for n, (data, why) in read.items() if data is None]
+    if not read or unreadable:
+        reason = "no .ipynb file was uploaded" if not read else "; ".join(unreadable)
         if skipped:
             reason += f" ({'; '.join(skipped[:5])})"
         result = Result("student", aid, status="unreadable", reason=reason)
     else:
         release(course, [aid])
-        target = course.submission(aid, "student")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.unlink(missing_ok=True)
-        target.write_bytes(data)  # the bytes read, never what a link points to
+        folder = course.submission_folder(aid, "student")
+        folder.mkdir(parents=True, exist_ok=True)
+        for nb, (data, _) in read.items():
+            target = folder / f"{nb}.ipynb"
+            target.unlink(missing_ok=True)
+            target.write_bytes(data)  # the bytes read, never what a link points to
         result = grade(course, aid, workers=1, students=["student"], force=True)[0]
+        if missing:
+            result.notes.append(f"not uploaded: {', '.join(missing)} (graded as not handed in)")
         if result.is_error:  # no results.json: Gradescope shows the run failed, not a zero
             raise RuntimeError(f"grader error, the submission was not graded: {result.reason}")
     data = results_json(result)

@@ -358,6 +358,9 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
                     )
             captured[threads][0].update(cases)
             captured[threads][1].update(values)
+        hidden = hidden_case_names(sources.values())
+        for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
+            found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
         cases, values = captured[1]
         for case in cases.values():
             cells[case.cell]["cases"].append(case.name)
@@ -386,12 +389,12 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
                 continue
             for path in capture.iterdir():
                 if path.name == CASES_INDEX:
-                    index.append(path.read_text(encoding="utf-8"))
+                    index += [
+                        _hidden_line(line, hidden) for line in path.read_text(encoding="utf-8").splitlines()
+                    ]
                 elif path.is_file():
                     shutil.copyfile(path, staged / path.name)
-        (staged / CASES_INDEX).write_text(
-            "".join(t if t.endswith("\n") or not t else t + "\n" for t in index)
-        )
+        (staged / CASES_INDEX).write_text("".join(line + "\n" for line in index if line.strip()))
         (staged / CELLS_FILE).write_text(json.dumps(cells, indent=1))
         (staged / NOTEBOOKS_FILE).write_text(json.dumps(notebooks, indent=1))
         (staged / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
@@ -405,6 +408,34 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         for sandbox, _ in runs.values():
             sandbox.cleanup()
     return load_reference(target)
+
+
+def hidden_case_names(notebooks) -> set[str]:
+    """The names of the checks written inside hidden tests with an expected value: the kernel records them
+    as public (it compares with the value given), but the student never sees them, so the reference keeps
+    them hidden: each its own share, failures told without the value."""
+    from autograder.conventions import hidden_checks_with_expected
+
+    return {
+        name
+        for nb in notebooks
+        for cell in nb.cells
+        if is_graded_test(cell)
+        for name in hidden_checks_with_expected(cell.source)
+        if isinstance(name, str)
+    }
+
+
+def _hidden_line(line: str, hidden: set[str]) -> str:
+    """A line of the reference's case index, with the case made hidden when its name is in ``hidden``."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line
+    if isinstance(entry, dict) and entry.get("name") in hidden and entry.get("public"):
+        entry["public"] = False
+        return json.dumps(entry)
+    return line
 
 
 def _check_run(aid: str, threads: int, outcome, limits) -> None:

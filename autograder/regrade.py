@@ -150,6 +150,7 @@ def regrade(
     isolation: Isolation,
     workers: int,
     on_change=None,
+    strict: bool = False,
 ) -> Regrade:
     """Rebuild the reference and prove it (the canary), then decide every stored result of ``aid`` again."""
     from autograder.canary import prove
@@ -160,7 +161,7 @@ def regrade(
     olds = {r.student_id: r for r in load_results(course, aid)}
     if not olds:
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
-    reference, _ = prove(course, aid, limits, isolation, workers)
+    reference, _ = prove(course, aid, limits, isolation, workers, strict)
     report.reference_seconds = time.monotonic() - started
     inputs = assignment_inputs(course, aid)
     present = course.handed_in(aid)
@@ -186,7 +187,7 @@ def regrade(
         for old in (olds[sid] for sid in again):
             keep_history(course, old)
         for new in grade(course, aid, workers=workers, limits=limits, students=sorted(again), force=True,
-                         isolation=isolation):  # fmt: skip
+                         isolation=isolation, strict=strict):  # fmt: skip
             change = Change(new.student_id, olds[new.student_id], new, f"run again: {again[new.student_id]}")
             report.changes.append(change)
             if on_change:

@@ -136,12 +136,12 @@ def failed_cases(rows: list[Result], known: dict[str, bool]) -> dict[str, list[t
 
 
 def flagged_pairs(course: Course, aid: str) -> list[dict]:
-    """The pairs that ``python -m autograder similarity`` flagged, when it has been run."""
-    table = course.root / "reports" / aid / "similarity.csv"
-    if not table.is_file():
-        return []
-    with open(table, newline="", encoding="utf-8") as fh:
-        return [row for row in csv.DictReader(fh) if row.get("flagged") == "1"]
+    """The pairs that ``python -m autograder similarity`` flagged (in every notebook), when it has been run."""
+    found = []
+    for table in sorted((course.root / "reports" / aid).glob("similarity*.csv")):  # one per notebook
+        with open(table, newline="", encoding="utf-8") as fh:
+            found += [row for row in csv.DictReader(fh) if row.get("flagged") == "1"]
+    return found
 
 
 def relative(target: Path, out_dir: Path) -> str:

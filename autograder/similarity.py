@@ -149,12 +149,12 @@ def _bounded(text: str, notes: list[str], key: str) -> str:
     return text[:MAX_COMPARED_CHARS]
 
 
-def written(course: Course, aid: str, path: Path, release_code: set[str]) -> Written:
+def written(course: Course, aid: str, path: Path, release_code: set[str], nb: str | None = None) -> Written:
     """What the author of the notebook at ``path`` wrote: the answer cells that differ from the release, and
     the other code cells that are not the release's own. Nothing here runs student code, and nothing here
     raises for what a notebook holds: a notebook that cannot be read comes back empty, with the reason."""
     try:
-        repaired = repair(course, aid, path)
+        repaired = repair(course, aid, path, nb)
     except Exception as err:  # a notebook repair cannot handle: this report goes on for the others
         return Written({}, f"not compared: could not be read ({type(err).__name__})")
     if repaired.fatal:
@@ -177,14 +177,14 @@ def written(course: Course, aid: str, path: Path, release_code: set[str]) -> Wri
     return Written(cells, "; ".join(notes))
 
 
-def answers(course: Course, aid: str, path: Path) -> tuple[dict[str, str], str]:
+def answers(course: Course, aid: str, path: Path, nb: str | None = None) -> tuple[dict[str, str], str]:
     """The student's answer cells and other added or changed code cells (key -> text), and a note."""
-    found = written(course, aid, path, release_code_cells(course, aid))
+    found = written(course, aid, path, release_code_cells(course, aid, nb), nb)
     return {key: text for key, (text, _) in found.cells.items()}, found.note
 
 
-def release_code_cells(course: Course, aid: str) -> set[str]:
-    release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+def release_code_cells(course: Course, aid: str, nb: str | None = None) -> set[str]:
+    release = nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
     return {cell.source.strip() for cell in release.cells if cell.cell_type == "code"}
 
 
@@ -193,10 +193,10 @@ def _prose(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def starter_hashes(course: Course, aid: str) -> np.ndarray:
+def starter_hashes(course: Course, aid: str, nb: str | None = None) -> np.ndarray:
     """Fingerprints of every cell of the release (signatures, docstrings, stubs, given code, prompts). All
     k-grams, not only the winnowed ones: a student's own winnowing may pick any of them."""
-    release = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    release = nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
     hashes = [
         hashed_kgrams(filter_code(cell.source, "starter.py", "python")[0], NOISE)
         if cell.cell_type == "code"
@@ -279,11 +279,11 @@ def _is_prose(fp: CodeFingerprint) -> bool:
     return fp.filename.endswith(".txt")
 
 
-def published_solutions(course: Course, aid: str) -> dict[str, tuple[str, str]]:
+def published_solutions(course: Course, aid: str, nb: str | None = None) -> dict[str, tuple[str, str]]:
     """Each answer cell's published solution (grade_id -> (text, language)): the source's solution code,
     and for a written answer its model answer."""
     found = {}
-    for cell in course.read_source(aid).cells:
+    for cell in course.read_source(aid, nb).cells:
         if not is_solution(cell):
             continue
         text = "\n".join(
@@ -345,11 +345,13 @@ def find_similar(
     threshold: float = THRESHOLD,
     students: list[str] | None = None,
     archive: Path | None = None,
+    nb: str | None = None,
 ) -> Similarity:
-    """Compare every pair of submissions of ``aid`` and rank them, most alike first; compare each one with
-    the published solutions and the notebooks of ``archive``, if given."""
-    boilerplate = starter_hashes(course, aid)
-    release_code = release_code_cells(course, aid)
+    """Compare every pair of submissions of ``aid`` (of its notebook ``nb``, for an assignment of several)
+    and rank them, most alike first; compare each one with the published solutions and the notebooks of
+    ``archive``, if given."""
+    boilerplate = starter_hashes(course, aid, nb)
+    release_code = release_code_cells(course, aid, nb)
     notes: dict[str, str] = {}
     prints: dict[str, dict[str, CodeFingerprint]] = {}
     wholes: dict[str, CodeFingerprint] = {}
@@ -372,7 +374,7 @@ def find_similar(
 
     compared = sorted(
         sid
-        for sid, path in course.submitted(aid).items()
+        for sid, path in course.submitted(aid, nb).items()
         if (not students or sid in students) and read(sid, path)
     )
     pairs = [compare_pair(a, b, prints, wholes) for a, b in itertools.combinations(compared, 2)]
@@ -381,7 +383,7 @@ def find_similar(
         pair.flagged = bool(pair.reaches(threshold))
 
     references = []
-    for gid, (text, language) in published_solutions(course, aid).items():
+    for gid, (text, language) in published_solutions(course, aid, nb).items():
         solution = fingerprint("published", gid, text, boilerplate, language)
         for sid in compared:
             mine = wholes.get(sid) if language == "python" else prints[sid].get(gid)
@@ -506,13 +508,20 @@ def write_similarity(
     threshold: float = THRESHOLD,
     out_dir: Path | None = None,
     archive: Path | None = None,
+    nb: str | None = None,
 ) -> tuple[Similarity, Path, Path]:
     """Write ``similarity.html`` and ``similarity.csv`` (every pair, and every comparison with a published
-    solution or an archived notebook) into ``out_dir`` (default ``reports/<aid>/`` of the course)."""
-    result = find_similar(course, aid, threshold, archive=archive)
+    solution or an archived notebook) into ``out_dir`` (default ``reports/<aid>/`` of the course); for the
+    notebook ``nb`` of an assignment of several, ``similarity-<nb>.html`` and ``.csv``."""
+    result = find_similar(course, aid, threshold, archive=archive, nb=nb)
     out_dir = Path(out_dir) if out_dir else course.root / "reports" / aid
     out_dir.mkdir(parents=True, exist_ok=True)
-    page = out_dir / "similarity.html"
+    suffix = (
+        f"-{nb}"
+        if nb is not None and course.notebooks(aid) != [aid] and len(course.notebooks(aid)) > 1
+        else ""
+    )
+    page = out_dir / f"similarity{suffix}.html"
     page.write_text(render(result), encoding="utf-8")
     header = [
         "rank",
@@ -531,5 +540,5 @@ def write_similarity(
          "; ".join(f"{c.grade_id}={c.score:.3f}" for c in p.cells), p.kind, p.reaches() if p.flagged else ""]
         for rank, p in enumerate(result.pairs + result.references, 1)
     ]  # fmt: skip
-    table = write_csv(out_dir / "similarity.csv", header, rows)
+    table = write_csv(out_dir / f"similarity{suffix}.csv", header, rows)
     return result, page, table

@@ -151,6 +151,14 @@ def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: d
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
+    hid = [
+        str(e.get("index")) for e in summary.get("cells", []) if isinstance(e, dict) and e.get("hidden_error")
+    ]
+    if hid:
+        verdict.disagreements.append(
+            f"the notebook stopped the kernel from showing the errors of code cell(s) {', '.join(hid[:10])} (it "
+            "may tamper with the tests); each error was taken from the kernel's reply, as nbgrader does"
+        )
     for grade_id, cell in reference.cells.items():
         if cell.get("decided") == "kernel":
             verdict.cells.append(kernel_cell(grade_id, cell["points"], (kernel_outputs or {}).get(grade_id)))

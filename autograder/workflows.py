@@ -24,12 +24,27 @@ from autograder.result import Result
 from autograder.sandbox import Limits
 
 
-def limits_from(args) -> Limits:
+def cell_timeout(course: Course | None, asked: float | None) -> float:
+    """The per-cell limit: asked on the command line, else the course's ``Execute.timeout`` (what nbgrader's
+    autograde uses), else :class:`Limits`' default."""
+    if asked is not None:
+        return asked
+    configured = None
+    if course is not None:
+        config = course.config
+        configured = config.Execute.get("timeout", config.ExecutePreprocessor.get("timeout"))
+    return (
+        float(configured) if isinstance(configured, int | float) and configured > 0 else Limits().cell_timeout
+    )
+
+
+def limits_from(args, course: Course | None = None) -> Limits:
     """The limits the command line asked for; BLAS/torch threads split the cores over the workers."""
     cores = os.cpu_count() or 1
+    course = course or getattr(args, "course", None)
     return Limits(
         timeout=args.timeout,
-        cell_timeout=min(args.cell_timeout, args.timeout),
+        cell_timeout=min(cell_timeout(course, getattr(args, "cell_timeout", None)), args.timeout),
         memory_mb=args.memory,
         threads=max(1, cores // max(1, args.workers)),
     )
@@ -90,8 +105,9 @@ def grade_with_progress(course: Course, aid: str, args, students: list[str] | No
             bar.write(status_line(result))
             bar.update(1)
 
-        rows = grade(course, aid, workers=args.workers, limits=limits_from(args), students=students,
-                     force=args.force, scheduler=args.scheduler, isolation=isolation, on_result=show)  # fmt: skip
+        rows = grade(course, aid, workers=args.workers, limits=limits_from(args, course), students=students,
+                     force=args.force, scheduler=args.scheduler, isolation=isolation, on_result=show,
+                     strict=getattr(args, "strict_canary", False), on_notice=lambda t: bar.write(f"note: {t}"))  # fmt: skip
         bar.update(total - bar.n)
     skipped = total - len(rows)
     if skipped:
@@ -107,7 +123,13 @@ def regrade_with_report(course: Course, aid: str, args) -> int:
     print(f"isolation: {isolation.describe()}")
     print(f"{'student':<20} {'old':>11}    {'new':<11} how [test cells whose points changed]")
     report = regrade(
-        course, aid, limits_from(args), isolation, args.workers, on_change=lambda c: print(c.line())
+        course,
+        aid,
+        limits_from(args, course),
+        isolation,
+        args.workers,
+        on_change=lambda c: print(c.line()),
+        strict=getattr(args, "strict_canary", False),
     )
     for sid, why in sorted(report.skipped.items()):
         print(f"  {sid}: not regraded: {why}")

@@ -126,7 +126,7 @@ def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_it
     read what it points to, block, or read forever; a kept run decides only the bytes it was made from."""
     import os
 
-    from autograder.pipeline import keep_run, kept_outcome
+    from autograder.pipeline import KEPT_LAYOUT, keep_run, kept_outcome
     from autograder.protocol import read_capture
     from autograder.sandbox import Outcome
 
@@ -158,7 +158,7 @@ def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_it
     )
     assert kept_outcome(tmp_path / "kept", "sha-b") is None  # handed in again: never decided from this run
     run = tmp_path / "kept" / "run.json"
-    run.write_text(run.read_text().replace('"layout": 2', '"layout": 1'))
+    run.write_text(run.read_text().replace(f'"layout": {KEPT_LAYOUT}', '"layout": 1'))
     assert kept_outcome(tmp_path / "kept", "sha-a") is None  # an earlier grader's layout: graded again
 
 
