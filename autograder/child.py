@@ -19,12 +19,20 @@ import sys
 import time
 from pathlib import Path
 
+from autograder.linux import (
+    CLONE_NEWIPC,
+    CLONE_NEWPID,
+    CLONE_NEWUTS,
+    PR_CAP_AMBIENT,
+    PR_CAP_AMBIENT_CLEAR_ALL,
+    PR_CAPBSET_DROP,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+)
+
 READY = "DLCOURSE-CHILD-READY"
-CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWPID = 0x04000000, 0x08000000, 0x20000000  # besides network and mounts
 MAX_OUTPUT_CHARS = 20_000  # per cell; the rest is dropped with a note
-
-
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 
 
 def _libc():
@@ -81,7 +89,7 @@ def drop_capabilities(libc=None) -> None:
 
     for cap in range(64):  # ignored where the process may not (no CAP_SETPCAP any more)
         libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header, data = Header(0x20080522, 0), (Data * 2)()
     if libc.capset(ctypes.byref(header), data) != 0:
         number = ctypes.get_errno()

@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
+GRADING = ".grading"  # the grader's own folder in a course (git-ignored; never visible to students)
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,13 @@ class Course:
     @property
     def work(self) -> Path:
         """The grader's own files (references, runs, results); git-ignored, never visible to students."""
-        return self.workspace or self.root / ".grading"
+        return self.workspace or self.root / GRADING
 
     @property
     def cache(self) -> Path:
         """What the grader computed from the sources and may reuse: references and canary results, each
         keyed by the source, the grading code and the machine's software and device."""
-        return self.cache_root or self.root / ".grading" / "cache"
+        return self.cache_root or self.root / GRADING / "cache"
 
     @property
     def reference_dir(self) -> Path:

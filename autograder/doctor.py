@@ -32,7 +32,7 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
     )
     if not path:
         print(f"  to get the full sandbox: {INSTALL_BUBBLEWRAP}")
-    limits = limits_from(args)
+    limits = limits_from(args, course)
     try:
         isolation = isolation_from(args)
         print(f"--isolation {args.isolation}: {isolation.describe()}")
@@ -45,17 +45,21 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
         print(f"--isolation {args.isolation}: REFUSED: {err}")
         return 1
     for aid in aids or course.assignments():
-        if not course.release_notebook(aid).is_file():
+        if not all(course.release_notebook(aid, nb).is_file() for nb in course.notebooks(aid) or [None]):
             print(f"{aid}: canary not run: not released (python -m autograder release {aid})")
             healthy = False
             continue
         try:
-            _, record = prove(course, aid, limits, isolation, args.workers)
+            _, record = prove(
+                course, aid, limits, isolation, args.workers, getattr(args, "strict_canary", False)
+            )
             scores = record.get("scores", {})
             print(
                 f"{aid}: canary passed (solutions {scores.get('solutions', 'full marks')}, "
                 f"release {scores.get('release', '0')}; {record.get('seconds', 0):g} s when it last ran)"
             )
+            for line in record.get("warnings", []):
+                print(f"  note: {line}")
         except RuntimeError as err:
             healthy = False
             print(f"{aid}: canary FAILED: {err}")

@@ -44,12 +44,18 @@ import time
 from pathlib import Path
 
 from autograder.child import CLONE_NEWIPC, CLONE_NEWUTS
+from autograder.linux import (
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+)
 from autograder.protocol import ChildRequest
 
 PACKET = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 38, 47
-CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
+
 # Modules the kernel and its driver need, imported once in the parent besides the assignment's own.
 # (what ``IPKernelApp.initialize`` imports, the debugger's debugpy among them, costs 0.4 s a kernel otherwise)
 KERNEL_MODULES = (
@@ -404,14 +410,14 @@ def _init(request: ChildRequest) -> None:
         except OSError:
             pass
     else:
-        _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here, not to the host's init
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, not to the host's init
     from autograder.child import drop_privileges
 
     drop_privileges(request.uid, request.nproc, request.memory, driver=True)
     kernel = os.fork()
     if kernel == 0:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: the kernel is as any process of its user
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the kernel is as any process of its user
         if request.probe:
             from autograder.child import probe
 

@@ -69,18 +69,26 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
     return target
 
 
+KERNEL_NOTE = (
+    "(decided in the kernel: a test without checks passes when it runs without an error, as in nbgrader)"
+)
+
+
 def results_json(result: Result) -> dict:
     """Gradescope's results format: one test per graded cell; messages visible, test code never sent. The
     score is the autograded points; each written answer is listed, unscored, as awaiting manual grading."""
     tests = [
         {
-            "name": cell.grade_id,
+            "name": cell.grade_id
+            if cell.notebook in ("", result.assignment)
+            else f"{cell.notebook}: {cell.grade_id}",
             "score": cell.points,
             "max_score": cell.max_points,
             "status": "passed" if cell.passed else "failed",
             "output": "\n".join(
                 [cell.message or "passed"]
                 + [f"{g.name}: {g.points:g}/{g.max_points:g} {g.message or 'passed'}" for g in cell.groups]
+                + ([KERNEL_NOTE] if cell.decided == "kernel" else [])
             ),
             "visibility": "visible",
         }

@@ -43,11 +43,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER
+
 MODES = ("auto", "bubblewrap", "basic")
 RUNNERS = ("auto", "fork", "spawn")
 INSTALL_BUBBLEWRAP = "apt-get install bubblewrap (Debian, Ubuntu) or dnf install bubblewrap (Fedora)"
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 SHARED_TEMP = (

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+from autograder.linux import PR_SET_PDEATHSIG
 from autograder.protocol import ChildRequest
 from autograder.visibility import Visibility, bubblewrap_args
 
@@ -73,6 +74,6 @@ def die_with_grader() -> None:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass

@@ -472,7 +472,9 @@ def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str
             result.seconds_in_sandbox = round((result.seconds_in_sandbox or 0) + part.seconds_in_sandbox, 2)
         if part.peak_memory_mb is not None:
             result.peak_memory_mb = max(result.peak_memory_mb or 0, part.peak_memory_mb)
-    worst = min(parts, key=lambda p: STATUS_ORDER.index(p[1].status))
+    # a notebook not handed in (or unreadable) beside others that ran: the submission's status is theirs
+    readable = [p for p in parts if p[1].status != "unreadable"] or parts
+    worst = min(readable, key=lambda p: STATUS_ORDER.index(p[1].status))
     result.status = worst[1].status
     result.score = round(sum(c.points for c in result.cells), 2)
     if result.is_error:
@@ -486,7 +488,8 @@ def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str
         result.reason, result.detail = worst[1].reason, worst[1].detail
         return
     failed = [c for c in result.cells if not c.passed]
-    others = "; ".join(named(nb, p.reason) for nb, p in parts if p.status not in ("graded", "flagged"))
+    others = "; ".join(p.reason if p.status == "unreadable" else named(nb, p.reason)
+                       for nb, p in parts if p.status not in ("graded", "flagged"))  # fmt: skip
     result.reason = (
         f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].notebook}.ipynb: {failed[0].message}"
         if failed

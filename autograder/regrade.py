@@ -96,9 +96,10 @@ def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str])
         return "it was never graded (a grader error)"
     if submission_digest(folder, course.notebooks(aid)) != old.submission_sha256:
         return "handed in again"
-    if old.status == "unreadable":
-        return "it could not be read (nothing was kept)"
     for nb in course.notebooks(aid):
+        path = course.submission(aid, old.student_id, nb)
+        if not path.exists() and not path.is_symlink():
+            continue  # not handed in: decided again as such
         if kept_outcome(course.kept_run(aid, old.student_id, nb), old.submission_sha256) is None:
             return "no capture kept from its run (or kept by an earlier grader, or from other bytes)"
     changed = sorted(k for k in {*inputs, *old.inputs} if inputs.get(k) != old.inputs.get(k))
@@ -120,9 +121,12 @@ def decide_again(course: Course, old: Result, reference: Reference, limits: Limi
     for nb in reference.notebooks:
         part = Result(sid, aid, reference.part(nb).max_score, reference=reference.digest)
         g = Grading(job, reference.part(nb), course, course.submission(aid, sid, nb), part, nb=nb)
-        g.outcome = kept_outcome(course.kept_run(aid, sid, nb), old.submission_sha256)
-        stages["verify"](g)
-        stages["status"](g)
+        if not g.path.exists() and not g.path.is_symlink():
+            stages["repair"](g)  # not handed in: 0, as before
+        else:
+            g.outcome = kept_outcome(course.kept_run(aid, sid, nb), old.submission_sha256)
+            stages["verify"](g)
+            stages["status"](g)
         parts.append((nb, part))
     merge_parts(result, parts, [])
     result.notes = old.notes

@@ -100,7 +100,9 @@ def test_wrong_types_in_a_notebook_are_ignored_and_it_is_still_graded(course, si
 def test_the_pipeline_records_an_unreadable_notebook_as_the_students_not_as_a_grader_error(course):
     submit(course, "nested_for_pipeline", "[" * 100_000 + "]" * 100_000)
     job = SimpleNamespace(aid="T1", sid="nested_for_pipeline", path="")
-    reference = SimpleNamespace(cells={"test_square": {"points": 40}, "test_scale": {"points": 60}})
+    reference = SimpleNamespace(
+        cells={"test_square": {"points": 40}, "test_scale": {"points": 60}}, written={}
+    )
     result = Result("nested_for_pipeline", "T1", 100.0)
     grading = Grading(job, reference, course, course.submission("T1", "nested_for_pipeline"), result)
     assert repair_stage(grading) is False

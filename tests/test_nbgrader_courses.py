@@ -146,6 +146,24 @@ def test_quickstart_feedback_report_and_exports(quickstart):
     assert "decided in the kernel" in text
 
 
+def test_quickstart_regrade_exports_and_gradescope(quickstart, tmp_path):
+    """A regrade decides the kernel-decided tests again from the kept outputs without running anything; the
+    Canvas CSV and Gradescope's results hold the same points; late work reads the hand-in folder's time."""
+    from autograder.export import export_canvas
+    from autograder.gradescope import results_json
+    from autograder.regrade import regrade
+
+    course = Course(root=quickstart)
+    first = ours(quickstart, "ps1", force=True)
+    report = regrade(course, "ps1", Limits(timeout=120, cell_timeout=60), resolve("auto"), 2)
+    assert {c.student_id: c.how for c in report.changes} == dict.fromkeys(first, "decided again")
+    assert {c.student_id: c.new.score for c in report.changes} == {s: r.score for s, r in first.items()}
+    table = export_canvas(course, tmp_path / "canvas.csv", ["ps1"]).read_text()
+    assert "solutions,,,,,3" in table.replace('"', "")
+    data = results_json(first["release"])
+    assert data["score"] == 0 and any("decided in the kernel" in t.get("output", "") for t in data["tests"])
+
+
 @pytest.fixture(scope="module")
 def fixtures_course(tmp_path_factory) -> Path:
     """The scenario of nbgrader's own autograde test: a one-notebook assignment ``p1`` whose answer cells
@@ -232,3 +250,129 @@ def test_where_nbgrader_does_not_hold(tmp_path):
     assert not results["killer"].is_error and results["killer"].status in ("graded", "crashed")
     recorded = autograded_points(root, "ps1")
     assert recorded[("honest", "problem1")] == 3.0 and recorded[("colab", "problem1")] == 3.0
+
+
+def _cell(kind: str, source: str, **meta):
+    make = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
+    cell = make(source)
+    if meta:
+        cell.metadata["nbgrader"] = {
+            "schema_version": 3,
+            "locked": False,
+            "solution": False,
+            "grade": False,
+            **meta,
+        }
+    return cell
+
+
+def realistic_course(root: Path) -> None:
+    """What real courses hold: a notebook whose name has a space and a non-ASCII letter, a helper module and a
+    data folder beside it (read by the tests), magics, a test that imports pytest, a test worth 0 points, a
+    task cell, a manually graded code answer, a kernelspec that is not ``python3``, a header notebook."""
+    (root / "source" / "hw1" / "data").mkdir(parents=True)
+    (root / "source" / "hw1" / "helpers.py").write_text("def double(x):\n    return 2 * x\n")
+    (root / "source" / "hw1" / "data" / "values.csv").write_text("1,2,3\n")
+    header = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Course header")])
+    nbformat.write(header, str(root / "source" / "header.ipynb"))
+    (root / "nbgrader_config.py").write_text(
+        'c = get_config()\nc.CourseDirectory.course_id = "real"\nc.IncludeHeaderFooter.header = "source/header.ipynb"\n'
+        "c.Execute.timeout = 60\n"
+    )
+    cells = [
+        _cell(
+            "code",
+            "%load_ext autoreload\n%autoreload 2\nimport numpy as np\nfrom helpers import double",
+            grade_id="setup",
+            locked=True,
+        ),
+        _cell(
+            "code",
+            "def total(path):\n    ### BEGIN SOLUTION\n    return sum(int(v) for v in open(path).read().split(','))\n    ### END SOLUTION",
+            grade_id="total",
+            solution=True,
+        ),
+        _cell(
+            "code",
+            "assert total('data/values.csv') == 6\n### BEGIN HIDDEN TESTS\nassert double(total('data/values.csv')) == 12\n### END HIDDEN TESTS",
+            grade_id="test_total",
+            grade=True,
+            points=2,
+        ),
+        _cell(
+            "code",
+            "import pytest\nwith pytest.raises(FileNotFoundError):\n    total('data/missing.csv')",
+            grade_id="test_raises",
+            grade=True,
+            points=1,
+        ),
+        _cell(
+            "code",
+            "print('a check worth nothing')\nassert total('data/values.csv') > 0",
+            grade_id="test_free",
+            grade=True,
+            points=0,
+        ),
+        _cell(
+            "code",
+            "def explain():\n    ### BEGIN SOLUTION\n    return 'sums'\n    ### END SOLUTION",
+            grade_id="explain",
+            solution=True,
+            grade=True,
+            points=2,
+        ),
+        _cell("markdown", "Describe the data file.", grade_id="task", locked=True, task=True, points=1),
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {
+        "display_name": "Course Python",
+        "language": "python",
+        "name": "course-python",
+    }
+    nbformat.write(nb, str(root / "source" / "hw1" / "Übung 1.ipynb"))
+
+
+def test_what_real_courses_contain(tmp_path):
+    root = tmp_path / "real"
+    realistic_course(root)
+    nbgrader(root, "generate_assignment", "hw1")
+    release = nbformat.read(str(root / "release" / "hw1" / "Übung 1.ipynb"), as_version=4)
+    assert release.cells[0].source == "# Course header"  # nbgrader's header, as configured
+    source = nbformat.read(str(root / "source" / "hw1" / "Übung 1.ipynb"), as_version=4)
+    hand_in(root, "solutions", "hw1", {"Übung 1": source})
+    hand_in(root, "release", "hw1", {"Übung 1": release})
+    plain = tmp_path / "plain"
+    shutil.copytree(root, plain)
+    # the course's kernel, as its instructor has it installed (plain nbgrader starts the kernel the notebook names)
+    kernels = tmp_path / "jupyter" / "kernels" / "course-python"
+    kernels.mkdir(parents=True)
+    (kernels / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Course Python",
+                "language": "python",
+            }
+        )  # fmt: skip
+    )
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    env["JUPYTER_PATH"] = str(tmp_path / "jupyter")
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "autograde", "hw1"],
+        cwd=plain,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = autograded_points(plain, "hw1")
+    assert expected[("solutions", "Übung 1")] == 3.0  # 2 + 1 + 0: nbgrader's own count
+    notes = []
+    results = ours(root, "hw1", on_notice=notes.append)
+    assert autograded_points(root, "hw1") == expected
+    assert results["solutions"].score == 3.0 and results["release"].score == 0.0
+    assert notes == []  # the release passes only the test worth 0 points: it earns nothing
+    assert {w.grade_id for w in results["solutions"].written} == {"explain", "task"}
+    executed = root / "autograded" / "solutions" / "hw1" / "Übung 1.ipynb"
+    assert executed.is_file()

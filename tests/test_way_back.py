@@ -285,5 +285,10 @@ def test_a1_training_points_need_a_trained_network_not_a_forged_recorder(tmp_pat
     submit(course, "forger", answered(perfect, train=STUB_TRAIN), aid="A1")
     [result] = grade(course, "A1", workers=1, isolation=resolve("auto"))
     cell = next(c for c in result.cells if c.grade_id == "test_train")
-    assert (cell.points, result.score) == (0.0, 100 - cell.max_points), cell  # every other part is right
+    assert result.score == 100 - cell.max_points + cell.points, cell  # every other part is right
+    # what a network that trains nothing may still earn: the hidden step counts, each its own share; never
+    # the accuracy (the forged recorder), the public checks or the trajectory
+    earned = {g.name for g in cell.groups if g.passed}
+    assert earned <= {"a1.train.hidden_num_steps", "a1.train.hidden_tiny_num_steps"}, earned
+    assert cell.points <= 2 * cell.max_points / len(cell.groups) + 0.02
     assert "accuracy" in cell.message or "parameters" in cell.message

@@ -123,12 +123,12 @@ def test_written_answers_reach_the_gradebook_for_manual_grading_apart_from_the_s
     ada, bob, col = results["ada"], results["bob"], results["col"]
     # the canary passed (grade ran): the solutions got all autograded points, the release 0
     assert (ada.score, ada.max_score, ada.status) == (100, 100, "graded")
-    assert ada.written == [WrittenResult("written_order", 5.0, None, True)]
+    assert ada.written == [WrittenResult("written_order", 5.0, None, True, notebook="T1")]
     assert grade_row(course, "ada") == (None, None, True, None)  # as nbgrader records a markdown grade cell
     assert col.score == 100 and col.awaiting and grade_row(course, "col")[2] is True
     assert any("written_order had lost its nbgrader metadata" in n for n in col.notes)
     # the untouched stub: 0 with nothing to grade, as nbgrader's autograde does
-    assert bob.score == 0 and bob.written == [WrittenResult("written_order", 5.0, 0.0, False)]
+    assert bob.score == 0 and bob.written == [WrittenResult("written_order", 5.0, 0.0, False, notebook="T1")]
     assert grade_row(course, "bob") == (0.0, None, False, "No response.")
     # formgrader's notebook: the answer stays markdown, after its prompt, never run as code
     run = nbformat.read(course.executed("T1", "ada"), 4)

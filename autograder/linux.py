@@ -1,0 +1,18 @@
+"""The Linux numbers the sandbox passes to the kernel (``unshare`` flags, ``prctl`` options), named once."""
+
+# unshare(2) / clone(2) flags
+CLONE_NEWNS = 0x00020000  # mounts
+CLONE_NEWUTS = 0x04000000  # host name
+CLONE_NEWIPC = 0x08000000  # System V IPC, POSIX message queues
+CLONE_NEWUSER = 0x10000000  # user ids
+CLONE_NEWPID = 0x20000000  # process ids (the first child is the namespace's init)
+CLONE_NEWNET = 0x40000000  # network
+
+# prctl(2) options
+PR_SET_PDEATHSIG = 1  # a signal when the parent dies
+PR_SET_DUMPABLE = 4  # 0: no core dumps, no ptrace or /proc/<pid>/fd by the same user
+PR_CAPBSET_DROP = 24  # drop a capability from the bounding set
+PR_SET_CHILD_SUBREAPER = 36  # orphans are re-parented here, not to the host's init
+PR_SET_NO_NEW_PRIVS = 38  # execve never grants privileges (setuid, file capabilities)
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
