@@ -189,18 +189,34 @@ def is_strict(reference: Reference, asked: bool) -> bool:
 
 
 def prove(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int, strict: bool = False
+    course: Course,
+    aid: str,
+    limits: Limits,
+    isolation: Isolation,
+    workers: int,
+    strict: bool = False,
+    say=None,
 ) -> tuple[Reference, dict]:
     """Probe, build the reference, run the canary (or find it passed in the cache); return the reference
-    and the canary's record. The source's solutions must earn full marks; the untouched release 0 where the
-    rule is strict (:func:`is_strict`), else what it earns is listed in the record's ``warnings``."""
+    and the canary's record (with ``proof_seconds``, what this proof took). The source's solutions must earn
+    full marks; the untouched release 0 where the rule is strict (:func:`is_strict`), else what it earns is
+    listed in the record's ``warnings``. ``say`` gets a line as each step starts."""
+    from autograder.reference import STAMP_FILE, source_digest
+
+    say = say or (lambda _line: None)
+    begun = time.monotonic()
+    say(f"{aid}: proving the grader: probing the sandbox")
     probe_isolation(course, limits, isolation)
+    stamp = course.reference_dir / aid / STAMP_FILE
+    if not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
+        say(f"{aid}: proving the grader: building the reference (the source's solutions, run in the sandbox)")
     reference = build_reference(course, aid, limits=limits, isolation=isolation)
     strict = is_strict(reference, strict)
     key = canary_key(reference, limits, isolation, workers, strict)
     cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
-        return reference, cached
+        return reference, {**cached, "proof_seconds": round(time.monotonic() - begun, 1)}
+    say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
     started = time.monotonic()
     results = run_canary(course, aid, reference, limits, isolation, workers)
     problems = canary_problems(results, limits, strict)
@@ -219,4 +235,4 @@ def prove(
             f"{aid}: the grader failed its own check, so nothing was graded or recorded:\n  "
             + "\n  ".join(problems)
         )
-    return reference, record
+    return reference, {**record, "proof_seconds": round(time.monotonic() - begun, 1)}

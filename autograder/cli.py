@@ -460,6 +460,13 @@ NEEDS_LINUX = (
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    from nbformat.warnings import MissingIDFieldWarning
+
+    # An nbgrader course's notebooks of format 4.4 or older have no cell ids; reading them says so once per
+    # place that reads. The notebooks the grader writes get ids (autograder.repair).
+    warnings.filterwarnings("ignore", category=MissingIDFieldWarning)
     args = build_parser().parse_args(argv)
     if args.func in (cmd_grade, cmd_run, cmd_regrade, cmd_demo, cmd_reference, cmd_doctor) and (
         sys.platform != "linux"

@@ -646,6 +646,7 @@ def grade(
     on_result: Callable[[Result], None] | None = None,
     strict: bool = False,
     on_notice: Callable[[str], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> list[Result]:
     """Grade every submission of ``aid`` that has no current result; return all results of this run.
 
@@ -662,9 +663,13 @@ def grade(
             raise RuntimeError(
                 f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
             )
-    reference, proof = prove(course, aid, limits, isolation, workers, strict)
+    reference, proof = prove(course, aid, limits, isolation, workers, strict, say=on_progress)
     for line in proof.get("warnings", []):
         (on_notice or (lambda text: print(f"note: {aid}: {text}", file=sys.stderr)))(line)
+    if on_progress:
+        on_progress(
+            f"{aid}: the grader proved itself in {proof.get('proof_seconds', 0):.1f} s; grading the students"
+        )
     digest = reference.digest
     names = list(reference.notebooks)
     todo = [

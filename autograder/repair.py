@@ -334,4 +334,10 @@ def repair(course: Course, aid: str, submission: Path, nb: str | None = None) ->
         answered.setdefault(gid, False)
 
     nb = new_notebook(cells=cells, metadata=copy.deepcopy(source.metadata))
+    taken = {c.get("id") for c in cells}
+    for index, cell in enumerate(cells):  # a source of nbformat 4.4 or older has no cell ids; 4.5 needs them
+        if not cell.get("id"):
+            cell["id"] = next(
+                f"cell-{index}-{n}" for n in range(len(cells) + 1) if f"cell-{index}-{n}" not in taken
+            )
     return Repaired(nb, None, notes, answered)

@@ -107,7 +107,8 @@ def grade_with_progress(course: Course, aid: str, args, students: list[str] | No
 
         rows = grade(course, aid, workers=args.workers, limits=limits_from(args, course), students=students,
                      force=args.force, scheduler=args.scheduler, isolation=isolation, on_result=show,
-                     strict=getattr(args, "strict_canary", False), on_notice=lambda t: bar.write(f"note: {t}"))  # fmt: skip
+                     strict=getattr(args, "strict_canary", False), on_notice=lambda t: bar.write(f"note: {t}"),
+                     on_progress=bar.write)  # fmt: skip
         bar.update(total - bar.n)
     skipped = total - len(rows)
     if skipped:
