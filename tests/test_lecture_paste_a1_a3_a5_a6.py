@@ -65,16 +65,17 @@ class ParallelBlock(nn.Module):
 
 
 def make_deep_net(D_in, H, D_out, depth):
-    # lecture 5, section 3: the lecture's network has two blocks
-    return nn.Sequential(ParallelBlock(D_in, H), ParallelBlock(H, H), nn.Linear(H, D_out))
+    # lecture 5, section 3: the lecture's two blocks, as a loop over depth
+    blocks = [ParallelBlock(D_in, H)] + [ParallelBlock(H, H) for _ in range(depth - 1)]
+    return nn.Sequential(*blocks, nn.Linear(H, D_out))
 """,
         "digits_dataset": """
 from dlcourse.data import load_digits_split
 
 
 class DigitsDataset(Dataset):
-    # lecture 7, section 2
-    def __init__(self, split="train", transform=None):
+    # lecture 7, section 2 (the lecture has no class selection)
+    def __init__(self, split="train", classes=None, transform=None):
         digits = load_digits_split()
         images, labels = (
             (digits.X_train, digits.y_train) if split == "train" else (digits.X_test, digits.y_test)
@@ -92,18 +93,55 @@ class DigitsDataset(Dataset):
             image = self.transform(image)
         return image, self.labels[index]
 """,
+        "to_device": """
+def to_device(batch, device):
+    # lecture 7, training through a DataLoader: xb, yb = xb.to(device, non_blocking=True), yb.to(...)
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    return tuple(t.to(device, non_blocking=True) for t in batch)
+""",
         "train": """
 def train(model, loader, optimizer, loss_fn, device, epochs):
-    # lecture 7, section 1: the epoch loop
+    # lecture 7, training on the digits through a DataLoader (lecture 5: the model moved with .to(device))
+    model.to(device)
     losses = []
     for _ in range(epochs):
         for xb, yb in loader:
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
             loss = loss_fn(model(xb), yb)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         losses.append(loss.item())
     return losses
+""",
+        "checkpoint": """
+def save_checkpoint(model, optimizer, epoch, path):
+    # lecture 5, section 3: torch.save of state_dicts (the optimizer's too, and the epoch)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, path)
+
+
+def load_checkpoint(path, model, optimizer):
+    # lecture 5, section 3: load_state_dict of what torch.load reads back
+    checkpoint = torch.load(path, weights_only=True)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return checkpoint["epoch"]
+""",
+        "flop_count": """
+def matmul_flop_count(n, m, k):
+    # lecture 10, exercise 2: n * m dot products of length k, a multiply and an add each
+    return 2 * n * m * k
+""",
+        "matmul_flops": """
+def matmul_flops(n, device="cpu", repeat=3, sync=synchronize, clock=time.perf_counter, matmul=torch.matmul):
+    # lecture 3: matmul_timing, timed by time_it (warmed up and synchronised)
+    from dlcourse.measure import time_it
+
+    p = torch.randn(n, n, device=device)
+    q = torch.randn(n, n, device=device)
+    timing = time_it(lambda: matmul(p, q), repeat=repeat, warmup=2, device=device)
+    return matmul_flop_count(n, n, n) / timing.median
 """,
     },
     "A5": {
