@@ -139,18 +139,12 @@ def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = T
         )
         lines += [f"  {c.grade_id}: {c.message}" for c in solutions.cells if not c.passed][:5]
         lines += [f"  flagged: {flag}" for flag in solutions.flags][:3]
-        fix = {
-            "error": "the sandbox could not run a kernel; run `python -m autograder doctor`",
-            "crashed": "the kernel died running the solutions; see the detail below",
-            "timeout": f"the solutions need more than --timeout {limits.timeout:g} s / --cell-timeout "
-            f"{limits.cell_timeout:g} s: raise them",
-            "memory": f"the solutions need more than --memory {limits.memory_mb} MB: raise it",
-            "processes": "the solutions start more processes than the sandbox allows",
-            "flagged": "a public check passes in the kernel but not when redone outside it: see the flags",
-        }.get(
-            solutions.status,
-            "a case depends on the machine or the isolation: fix its tolerance in the source",
-        )
+        if solutions.status in ("error", "crashed", "timeout", "memory", "processes"):
+            fix = f"the solutions {limits.stopped(solutions.status)}: {limits.fix(solutions.status)}"
+        elif solutions.status == "flagged":
+            fix = "a public check passes in the kernel but not when redone outside it: see the flags"
+        else:
+            fix = "a case depends on the machine or the isolation: fix its tolerance in the source"
         lines.append(f"  fix: {fix}")
         if solutions.detail:
             lines.append("  detail: " + solutions.detail.strip().replace("\n", "\n    ")[-800:])

@@ -109,7 +109,7 @@ def submissions(course: Course, aid: str, students: list[str] | None = None) -> 
 
 
 # What of a hand-in besides its notebooks goes to the run (data, helpers the student changed), at most:
-MAX_FILES, MAX_FILES_BYTES = 1000, 64 * 2**20
+MAX_FILES, MAX_FILES_BYTES, MAX_DEPTH = 1000, 64 * 2**20, 16
 NBGRADER_IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]  # nbgrader's default
 
 
@@ -165,7 +165,12 @@ def assignment_files(course: Course, aid: str, handed_in: Path | None, target: P
     if handed_in is not None and handed_in.is_dir():
         count = total = 0
         for folder, dirs, files in os.walk(handed_in, followlinks=False):
-            dirs[:] = sorted(d for d in dirs if not (Path(folder) / d).is_symlink())
+            depth = len(Path(folder).relative_to(handed_in).parts)
+            if depth >= MAX_DEPTH and dirs:
+                notes.append(f"folders nested deeper than {MAX_DEPTH} levels were not given to the run")
+            dirs[:] = (
+                sorted(d for d in dirs if not (Path(folder) / d).is_symlink()) if depth < MAX_DEPTH else []
+            )
             for name in sorted(files):
                 path = Path(folder) / name
                 rel = path.relative_to(handed_in)
@@ -202,7 +207,9 @@ def submission_digest(folder: Path, notebooks: list[str]) -> str:
     entries = []
     if folder.is_dir():
         for root, dirs, files in os.walk(folder, followlinks=False):
-            dirs.sort()
+            dirs[:] = sorted(dirs) if len(Path(root).relative_to(folder).parts) < MAX_DEPTH else []
+            if len(entries) > MAX_FILES:
+                break
             for name in sorted(files):
                 path = Path(root) / name
                 if name == "timestamp.txt" and path.parent == folder:
@@ -360,10 +367,7 @@ def status_stage(g: Grading) -> bool:
     """The status and the one-line reason, from how the run ended and what the verdict found."""
     result, limits, outcome = g.result, g.job.limits, g.outcome
     if outcome.status != "finished":
-        stopped = {"timeout": f"the notebook ran past the {limits.timeout:.0f} s limit",
-                   "memory": f"the notebook used more than {limits.memory_mb} MB",
-                   "processes": f"the notebook started more than {limits.processes} processes (a fork bomb?)",
-                   "crashed": "the kernel died or could not start"}[outcome.status]  # fmt: skip
+        stopped = f"the notebook {limits.stopped(outcome.status)}"
         result.status, result.reason = outcome.status, f"{stopped}; graded on what ran before"
         result.detail = outcome.detail[-2000:]
         return True

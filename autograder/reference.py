@@ -442,13 +442,7 @@ def _check_run(aid: str, threads: int, outcome, limits) -> None:
     """Refuse a reference from a run that did not go through cleanly: it would grade every student wrong."""
     where = f"{aid}: the source's own solutions, run in the sandbox with {threads} BLAS thread(s),"
     if outcome.status != "finished":
-        hint = {
-            "timeout": f"took longer than {limits.timeout:.0f} s (raise --timeout)",
-            "memory": f"used more than {limits.memory_mb} MB (raise --memory)",
-            "processes": f"started more than {limits.processes} processes",
-            "crashed": "lost their kernel",
-            "error": "could not start a kernel (see `python -m autograder doctor`)",
-        }[outcome.status]
+        hint = f"{limits.stopped(outcome.status)}: {limits.fix(outcome.status)}"
         raise ReferenceError(f"{where} {hint}.\n{outcome.detail[-1500:]}")
     failed = [c for c in outcome.summary.get("cells", []) if c.get("status") != "ok"]
     if failed or outcome.summary.get("stopped"):

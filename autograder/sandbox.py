@@ -78,6 +78,27 @@ class Limits:
     threads: int = 1  # BLAS/OpenMP threads per kernel, so parallel workers do not oversubscribe
     disk_mb: int = 512  # each of the submission's folders (a size-limited tmpfs where namespaces are made)
 
+    def stopped(self, status: str) -> str:
+        """What stopped a run that ended with ``status`` (a key of :data:`Outcome.STATUSES`), in words, with the
+        limit it hit: the one wording of the feedback, the reference's refusal and the canary's."""
+        return {
+            "timeout": f"ran past the {self.timeout:.0f} s limit",
+            "memory": f"used more than {self.memory_mb} MB",
+            "processes": f"started more than {self.processes} processes (a fork bomb?)",
+            "crashed": "lost its kernel (it died, or could not start)",
+            "error": "could not start a kernel (the grader's failure: no student code ran)",
+        }.get(status, status)
+
+    def fix(self, status: str) -> str:
+        """What an instructor can do when the source's own solutions end with ``status``."""
+        return {
+            "timeout": f"raise --timeout (now {self.timeout:g} s) or --cell-timeout (now {self.cell_timeout:g} s)",
+            "memory": f"raise --memory (now {self.memory_mb} MB)",
+            "processes": "the solutions start more processes than the sandbox allows: start fewer",
+            "crashed": "see the detail below",
+            "error": "run `python -m autograder doctor`",
+        }.get(status, "see the detail below")
+
 
 @dataclass
 class Outcome:

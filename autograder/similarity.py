@@ -357,7 +357,7 @@ def find_similar(
     wholes: dict[str, CodeFingerprint] = {}
 
     def read(name: str, path: Path) -> bool:
-        found = written(course, aid, path, release_code)
+        found = written(course, aid, path, release_code, nb)
         if found.note:
             notes[name] = found.note
         if not found.cells:

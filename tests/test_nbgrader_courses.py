@@ -160,6 +160,13 @@ def test_quickstart_regrade_exports_and_gradescope(quickstart, tmp_path):
     assert {c.student_id: c.new.score for c in report.changes} == {s: r.score for s, r in first.items()}
     table = export_canvas(course, tmp_path / "canvas.csv", ["ps1"]).read_text()
     assert "solutions,,,,,3" in table.replace('"', "")
+    from autograder.similarity import write_similarity
+
+    found, page, _ = write_similarity(course, "ps1", nb="problem1")
+    assert page.name == "similarity-problem1.html" and found.students == ["partly", "solutions"]
+    # both handed in the source's problem1: alike, and each equal to the published solution of `squares`
+    assert [(p.first, p.second, p.flagged) for p in found.pairs] == [("partly", "solutions", True)]
+    assert any(r.first == "solutions" and r.score == 1.0 for r in found.references)
     data = results_json(first["release"])
     assert data["score"] == 0 and any("decided in the kernel" in t.get("output", "") for t in data["tests"])
 
@@ -376,3 +383,71 @@ def test_what_real_courses_contain(tmp_path):
     assert {w.grade_id for w in results["solutions"].written} == {"explain", "task"}
     executed = root / "autograded" / "solutions" / "hw1" / "Übung 1.ipynb"
     assert executed.is_file()
+
+
+def test_what_a_hand_in_holds_besides_its_notebooks_is_read_as_untrusted(tmp_path):
+    """The student's other files go to the run (as nbgrader gives them), read by the grader without following a
+    link, without blocking on a FIFO, bounded in size, count and depth; the source's own files win."""
+    from autograder.pipeline import MAX_DEPTH, assignment_files, submission_digest
+
+    root = tmp_path / "course"
+    (root / "source" / "ps1").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), str(root / "source" / "ps1" / "p1.ipynb"))
+    (root / "source" / "ps1" / "data.csv").write_text("the instructor's")
+    hand = root / "submitted" / "s" / "ps1"
+    (hand / "sub").mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), str(hand / "p1.ipynb"))
+    (hand / "data.csv").write_text("forged")
+    (hand / "mine.py").write_text("x = 1")
+    (hand / "sub" / "more.txt").write_text("ok")
+    os.symlink("/etc/shadow", hand / "link.txt")
+    os.mkfifo(hand / "pipe")
+    with open(hand / "huge.bin", "wb") as fh:
+        fh.truncate(65 * 2**20)  # sparse: over the bound without using the disk
+    deep = hand
+    for level in range(MAX_DEPTH + 5):
+        deep = deep / f"d{level}"
+    deep.mkdir(parents=True)
+    (deep / "deep.txt").write_text("too deep")
+    target = tmp_path / "files"
+    target.mkdir()
+    notes = assignment_files(Course(root=root), "ps1", hand, target)
+    assert (target / "data.csv").read_text() == "the instructor's"
+    assert (target / "mine.py").read_text() == "x = 1" and (target / "sub" / "more.txt").read_text() == "ok"
+    assert (
+        not (target / "link.txt").exists()
+        and not (target / "pipe").exists()
+        and not (target / "huge.bin").exists()
+    )
+    assert not list(target.rglob("deep.txt"))
+    assert not (target / "p1.ipynb").exists()  # notebooks run on their own
+    text = "\n".join(notes)
+    assert "link.txt" in text and "pipe" in text and "huge.bin" in text and "nested deeper" in text
+    first = submission_digest(hand, ["p1"])
+    (hand / "mine.py").write_text("x = 2")
+    assert submission_digest(hand, ["p1"]) != first  # a changed helper is a new hand-in
+
+
+def test_a_kernel_decided_cell_earns_what_nbgrader_gives_never_more(tmp_path):
+    """A test cell's value is the student's: whatever number it shows, the cell earns between 0 and its points."""
+    from autograder.verify import kernel_cell
+
+    def value(text):
+        return [
+            {
+                "output_type": "execute_result",
+                "execution_count": 1,
+                "metadata": {},
+                "data": {"text/plain": text},
+            }
+        ]
+
+    assert kernel_cell("t", 2.0, []).points == 2.0
+    assert kernel_cell("t", 2.0, None).points == 0.0  # never ran
+    assert kernel_cell("t", 2.0, value("1.5")).points == 1.5  # partial credit, as nbgrader gives it
+    for text in ("nan", "-3", "inf", "1e308", "3", "'text'", "[1, 2]"):
+        points = kernel_cell("t", 2.0, value(text)).points
+        assert 0.0 <= points <= 2.0 and points == points, (text, points)
+    stderr = [{"output_type": "stream", "name": "stderr", "text": "warning"}]
+    assert kernel_cell("t", 2.0, stderr).points == 0.0  # nbgrader's rule
+    assert kernel_cell("t", 2.0, [{"output_type": "weird"}, 7, "x"]).points in (0.0, 2.0)
