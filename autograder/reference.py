@@ -178,16 +178,19 @@ def case_groups(
     By default the cell's public checks (the ones the student reads and runs) are one group and each
     hidden case is a group of its own, all worth the same share. A source may instead give points per case
     or per group in the cell's metadata, ``{"dlcourse": {"case_points": {"a4.export.*": 10, ...}}}``
-    (keys are case names or ``fnmatch`` patterns, first match wins); cases no key matches share what is
-    left. Shares are in hundredths of a point and always add up to the cell's points exactly.
+    (keys are case names or ``fnmatch`` patterns; the most specific matching key wins: an exact name, else the
+    longest pattern); cases no key matches share what is left. Shares are in hundredths of a point and always add up to the cell's points exactly.
     """
     import fnmatch
 
     names = [c.name for c in cases]
     groups: dict[str, list[str]] = {}
     if case_points:
+        # the most specific key first: exact names, then longer patterns (a notebook's JSON keeps keys sorted,
+        # so the order they were written in is lost)
+        ordered = sorted(case_points, key=lambda k: (any(ch in k for ch in "*?["), -len(k), k))
         for name in names:
-            key = next((k for k in case_points if fnmatch.fnmatchcase(name, k)), "the other cases")
+            key = next((k for k in ordered if fnmatch.fnmatchcase(name, k)), "the other cases")
             groups.setdefault(key, []).append(name)
         unused = [k for k in case_points if k not in groups]
         if unused:

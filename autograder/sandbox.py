@@ -85,7 +85,7 @@ class Limits:
             "timeout": f"ran past the {self.timeout:.0f} s limit",
             "memory": f"used more than {self.memory_mb} MB",
             "processes": f"started more than {self.processes} processes (a fork bomb?)",
-            "crashed": "lost its kernel (it died, or could not start)",
+            "crashed": "ran until the kernel died (or its kernel could not start)",
             "error": "could not start a kernel (the grader's failure: no student code ran)",
         }.get(status, status)
 
