@@ -436,6 +436,16 @@ def shown_equivalent(mutant: Mutant, tree: ast.AST, site: Site) -> str:
 # choice) that still meet its specification, so are no fault ("allowed by the specification"). A
 # fingerprint covers the exact mutated code, so an edited solution drops the claim.
 JUDGED_EQUIVALENT: dict[str, str] = {
+    "b122264cbbf8aef8": "A6 make_optimizer, `step >= total_steps` -> `step > total_steps`: at step == total_steps the "
+    "cosine branch gives 0.5 * (1 + cos(pi)) = 0.0 exactly (math.cos(math.pi) is -1.0), the value the solution "
+    "returns there, and every other step takes the same branch as before",
+    "b2e599ae61ee182a": "A6 dihedral_augment, `torch.rand(n) < 0.5` -> `<= 0.5`: differs only for a float32 draw of "
+    "exactly 0.5 (probability 2**-24 per image); in the run every captured value but the CPU times was "
+    "bit-identical to the control's",
+    "1f7111ae508978fc": "allowed by the specification, not a fault: make_cnn may be any CNN with a Conv2d and at "
+    "most 2,500 parameters that trains to the accuracy; padding=0 in the second conv is such a CNN",
+    "43427660921f4059": "allowed by the specification, not a fault: train_cnn's recipe is the student's choice "
+    "(graded by CPU time and test accuracy); overlapping batches one image longer are such a recipe",
     "91a2f82ba5f89d3b": "A6 dihedral_augment, `turns + 4 * mirror` -> `turns - 4 * mirror`: `versions` always "
     "holds exactly 8 entries (2 views x 4 turns), so a mirrored image's index turns - 4 in -4..-1 wraps to "
     "turns + 4, the same entry (checked: identical images on every input the tests use)",
