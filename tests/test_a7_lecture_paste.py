@@ -14,10 +14,9 @@ import nbformat
 import pytest
 
 from autograder.course import Course, is_solution, nbgrader_meta
+from tests.fixtures.lecture_paste import MAIN, SAMPLE, grade_pasted, pasted_notebook, write_samples
 
 AID = "A7"
-MAIN = Course()
-SAMPLE = "lecture_paste"
 
 # answer cell -> lecture 15's code for it, adapted only to the signature; cells not named keep the release's stub
 PASTED = {
@@ -124,14 +123,7 @@ class DecoderBlock(nn.Module):
 
 def lecture_paste(course: Course = MAIN) -> str:
     """The release with lecture 15's code in the answer cells it has code for: the sample's file text."""
-    from autograder.samples import untouched
-
-    nb = untouched(course, AID)
-    for cell in nb.cells:
-        gid = nbgrader_meta(cell).get("grade_id")
-        if is_solution(cell) and gid in PASTED:
-            cell.source = PASTED[gid].strip("\n")
-    return nbformat.writes(nb) + "\n"
+    return pasted_notebook(AID, PASTED, course)
 
 
 def test_every_pasted_cell_is_an_answer_cell_of_the_release():
@@ -153,23 +145,11 @@ def test_committed_lecture_paste_is_current():
 
 @pytest.mark.slow
 def test_lecture_paste_earns_well_below_a_pass(tmp_path, monkeypatch):
-    from autograder.pipeline import grade
-    from autograder.reference import build_reference
-    from autograder.release import release
-
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    course = MAIN.copy([AID], tmp_path, cache_root=tmp_path / ".grading" / "cache")
-    release(course, [AID])
-    build_reference(course, AID)
-    submission = course.submission(AID, SAMPLE)
-    submission.parent.mkdir(parents=True)
-    submission.write_text(lecture_paste(), encoding="utf-8")
-    (result,) = grade(course, AID, workers=1)
+    result = grade_pasted(AID, lecture_paste(), tmp_path)
     assert result.status != "error", result.reason
     assert 0 < result.score < 40, (result.score, result.reason)
 
 
 if __name__ == "__main__":
-    target = MAIN.samples(AID) / f"{SAMPLE}.ipynb"
-    target.write_text(lecture_paste(), encoding="utf-8")
-    print(f"wrote {target}")
+    write_samples({AID: lecture_paste()})

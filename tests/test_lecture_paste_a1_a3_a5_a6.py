@@ -12,9 +12,7 @@ import nbformat
 import pytest
 
 from autograder.course import Course, is_solution, nbgrader_meta
-
-MAIN = Course()
-SAMPLE = "lecture_paste"
+from tests.fixtures.lecture_paste import MAIN, SAMPLE, grade_pasted, pasted_notebook, write_samples
 
 # assignment -> answer cell -> the lecture's code for it, adapted only to the signature
 PASTED = {
@@ -278,14 +276,7 @@ AIDS = sorted(PASTED)
 
 def lecture_paste(aid: str, course: Course = MAIN) -> str:
     """The release of ``aid`` with the lectures' code in the answer cells it has code for: the sample's file text."""
-    from autograder.samples import untouched
-
-    nb = untouched(course, aid)
-    for cell in nb.cells:
-        gid = nbgrader_meta(cell).get("grade_id")
-        if is_solution(cell) and gid in PASTED[aid]:
-            cell.source = PASTED[aid][gid].strip("\n")
-    return nbformat.writes(nb) + "\n"
+    return pasted_notebook(aid, PASTED[aid], course)
 
 
 @pytest.mark.parametrize("aid", AIDS)
@@ -306,18 +297,7 @@ def test_committed_lecture_paste_is_current(aid):
 
 
 def grade_lecture_paste(aid, tmp_path):
-    from autograder.pipeline import grade
-    from autograder.reference import build_reference
-    from autograder.release import release
-
-    course = MAIN.copy([aid], tmp_path, cache_root=tmp_path / ".grading" / "cache")
-    release(course, [aid])
-    build_reference(course, aid)
-    submission = course.submission(aid, SAMPLE)
-    submission.parent.mkdir(parents=True)
-    submission.write_text(lecture_paste(aid), encoding="utf-8")
-    (result,) = grade(course, aid, workers=1)
-    return result
+    return grade_pasted(aid, lecture_paste(aid), tmp_path)
 
 
 @pytest.mark.slow
@@ -330,7 +310,4 @@ def test_lecture_paste_earns_well_below_a_pass(aid, tmp_path, monkeypatch):
 
 
 if __name__ == "__main__":
-    for aid in AIDS:
-        target = MAIN.samples(aid) / f"{SAMPLE}.ipynb"
-        target.write_text(lecture_paste(aid), encoding="utf-8")
-        print(f"wrote {target}")
+    write_samples({aid: lecture_paste(aid) for aid in AIDS})

@@ -222,6 +222,11 @@ def test_where_nbgrader_does_not_hold(tmp_path):
     parent (nbgrader's autograde process), one lost its metadata in Colab. Graded here with the honest
     solutions beside them: the gradebook stays whole, the honest student keeps full marks, the Colab copy
     is repaired and graded, the killer is graded on what ran."""
+    isolation = resolve("auto")
+    if not (isolation.namespaces or isolation.mode == "bubblewrap"):
+        pytest.skip(
+            "no namespaces or bubblewrap here: the sandbox cannot hide the gradebook (doctor says so)"
+        )
     nbgrader(tmp_path, "quickstart", "course101")
     root = tmp_path / "course101"
     nbgrader(root, "generate_assignment", "ps1")
@@ -248,7 +253,7 @@ def test_where_nbgrader_does_not_hold(tmp_path):
         root, "killer", "ps1", with_first_answer("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     )
     before = (root / "gradebook.db").read_bytes()[:16]
-    results = ours(root, "ps1", isolation=resolve("auto"))
+    results = ours(root, "ps1", isolation=isolation)
     assert (root / "gradebook.db").read_bytes()[:16] == before == b"SQLite format 3\x00"
     assert results["honest"].score == 3.0 and results["colab"].score == 3.0
     assert any("lost its nbgrader metadata" in n for n in results["colab"].notes)
