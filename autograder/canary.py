@@ -1,4 +1,4 @@
-"""Stage 0, prove: before a batch is graded, the grader grades itself.
+"""Before a batch is graded, the grader grades itself.
 
 1. **Probe** the isolation: start one child exactly as a submission's (same sandbox, user id, limits) up
    to where its kernel would start, and check that Python runs there, that it has no network and that the
@@ -27,9 +27,11 @@ import nbformat
 
 from autograder.course import Course
 from autograder.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
+from autograder.pipeline import Job, make_batch, run_jobs
 from autograder.record import write_json_atomic
 from autograder.reference import Reference, build_reference
-from autograder.result import Result
+from autograder.result import STOPPED, Result
+from autograder.samples import filled, untouched
 from autograder.sandbox import Limits, Sandbox
 
 _PROBED: dict[tuple, dict] = {}
@@ -104,8 +106,6 @@ def run_canary(
     course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int
 ):
     """Grade the solutions and the untouched release through the students' path: ``{name: result}``."""
-    from autograder.pipeline import Job, frameworks_used, run_jobs
-    from autograder.samples import filled, untouched
 
     (course.work / "canary").mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
@@ -115,13 +115,11 @@ def run_canary(
         path.mkdir()
         for nb in course.notebooks(aid):
             nbformat.write(make(course, aid, nb=nb), str(path / f"{nb}.ipynb"))
-        jobs.append(
-            Job(course, aid, name, limits, frameworks_used(course, aid), isolation,
-                course.private_folders(), str(path))
-        )  # fmt: skip
+        jobs.append(Job(name, str(path)))
+    batch = make_batch(course, aid, reference, limits, isolation)
     results: dict[str, Result] = {}
     try:
-        run_jobs(jobs, reference, workers, lambda r: results.__setitem__(r.student_id, r))
+        run_jobs(batch, jobs, workers, lambda r: results.__setitem__(r.student_id, r))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
@@ -139,7 +137,7 @@ def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = T
         )
         lines += [f"  {c.grade_id}: {c.message}" for c in solutions.cells if not c.passed][:5]
         lines += [f"  flagged: {flag}" for flag in solutions.flags][:3]
-        if solutions.status in ("error", "crashed", "timeout", "memory", "processes"):
+        if solutions.status in STOPPED:
             fix = f"the solutions {limits.stopped(solutions.status)}: {limits.fix(solutions.status)}"
         elif solutions.status == "flagged":
             fix = "a public check passes in the kernel but not when redone outside it: see the flags"

@@ -281,6 +281,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--course", type=Path, help="the course directory (default: this repository)")
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _add_intake(sub)
+    _add_grading(sub)
+    _add_returns(sub)
+    _add_dates(sub)
+    _add_reports(sub)
+    _add_whole_runs(sub)
+    _add_authoring(sub)
+    return parser
+
+
+def _add_intake(sub) -> None:
+    """The commands release, reference, collect: the sources and the hand-ins in."""
     p = sub.add_parser("release", help="generate student releases from source/ into assignments/")
     p.add_argument("aids", nargs="*")
     p.set_defaults(func=cmd_release)
@@ -317,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_collect)
 
+
+def _add_grading(sub) -> None:
+    """The commands grade, regrade."""
     p = sub.add_parser("grade", help="grade the collected submissions, sandboxed and in parallel")
     p.add_argument("aid")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
@@ -338,6 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_regrade)
 
+
+def _add_returns(sub) -> None:
+    """The commands feedback, export: what goes back to students and the LMS."""
     p = sub.add_parser("feedback", help="write an HTML feedback page per student")
     p.add_argument("aid")
     p.set_defaults(func=cmd_feedback)
@@ -356,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_export)
 
+
+def _add_dates(sub) -> None:
+    """The commands deadline, extension: nbgrader's due dates in the gradebook."""
     p = sub.add_parser(
         "deadline",
         help="set an assignment's due date in the gradebook (late penalties: c.LateWork in nbgrader_config.py)",
@@ -384,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--until", help='the student\'s own due date, e.g. "2026-12-04 12:00 UTC"')
     p.set_defaults(func=cmd_extension)
 
+
+def _add_reports(sub) -> None:
+    """The commands report, similarity, gradescope: for the instructor."""
     p = sub.add_parser("report", help="pass rate per test and a score histogram")
     p.add_argument("aid")
     p.add_argument("--out", help="folder for the page (default: the course's reports/)")
@@ -410,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", required=True)
     p.set_defaults(func=cmd_gradescope_run, workers=1)
 
+
+def _add_whole_runs(sub) -> None:
+    """The commands run, demo: everything in a throwaway workspace."""
     p = sub.add_parser("run", help="collect, grade, feedback and export in a throwaway workspace")
     p.add_argument("aid")
     p.add_argument("submissions")
@@ -422,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_grading_options(p)
     p.set_defaults(func=cmd_demo)
 
+
+def _add_authoring(sub) -> None:
+    """The commands check, new, doctor, samples: writing and checking assignments."""
     from autograder.conventions import CONVENTIONS
 
     p = sub.add_parser(
@@ -448,7 +478,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("samples", help="regenerate the sample submissions in source/<AID>/samples/")
     p.add_argument("aids", nargs="*")
     p.set_defaults(func=cmd_samples)
-    return parser
 
 
 NEEDS_LINUX = (

@@ -1,4 +1,4 @@
-"""Stage 1, collect: a folder of notebooks or an LMS download (zip) becomes one submission per student,
+"""A folder of notebooks or an LMS download (zip) becomes one submission per student,
 laid out as nbgrader expects: ``submitted/<student_id>/<AID>/<AID>.ipynb``.
 
 Who handed in what, and when, comes from the LMS or the instructor, never from a name, a file time or a file a
@@ -558,7 +558,7 @@ def collect(
     time in ``timestamp.txt`` where one is known (see the module's docstring)."""
     from contextlib import ExitStack
 
-    from autograder.late import deadlines, write_timestamp
+    from autograder.late import deadlines
 
     if len(course.notebooks(aid)) > 1:
         raise ValueError(
@@ -574,63 +574,14 @@ def collect(
     roster, rules = roster or Roster(), rules or TimeRules()
     found = Collected()
     with ExitStack() as stack:
-        members: list[Member] = []
-        for item in open_source(Path(source), stack):
-            if isinstance(item, Member) and SKIPPED_FOLDERS & set(item.parts):
-                continue
-            if isinstance(item, Skipped) and (item.name.endswith(".ipynb") or item.reason.startswith("more")):
-                found.problems.append(Problem(item.name, "", "", f"skipped, {item.reason}"))
-            elif isinstance(item, Skipped):
-                found.info.append(f"skipped {item.name}: {item.reason}")
-            else:
-                members.append(item)
-        by_parts = {m.parts: m for m in members}
-        claims, notes = claims_of(members, regex)
-        found.info += notes
-        per_student: dict[tuple[bool, str], list[Claim]] = {}
-        for claim in claims:
-            per_student.setdefault(claim.key, []).append(claim)
-        chosen: dict[tuple[bool, str], Claim] = {}
-        for key, group in per_student.items():
-            group.sort(key=lambda c: preference(c, aid))
-            chosen[key] = group[0]
-            if len(group) > 1:
-                others = ", ".join(c.member.name for c in group[1:])
-                found.info.append(
-                    f"{key[1]}: several notebooks; took {group[0].member.name}, ignored {others}"
-                )
+        members = _members(open_source(Path(source), stack), found)
+        chosen = _one_claim_each(members, regex, aid, found)
         known, taken = gradebook_students(course)
         ids, unresolved = assign_ids(chosen, roster, known, taken)
         found.problems += unresolved
         due = deadlines(course, aid).due
-        budget, lms_of = MAX_TOTAL_BYTES, {}
-        for key, claim in sorted(chosen.items(), key=lambda kv: ids.get(kv[0], "")):
-            sid, lms = ids.get(key), claim.lms_id
-            if sid is None:
-                continue
-            target = course.submission(aid, sid)
-            try:
-                budget -= store(claim.member, target, budget)
-            except READ_ERRORS as err:
-                target.unlink(missing_ok=True)
-                (target.parent / "timestamp.txt").unlink(missing_ok=True)
-                reason = f"its notebook {claim.member.name} could not be read ({err})"
-                found.problems.append(Problem(claim.member.parts[0], lms, "", reason + ": not collected"))
-                continue
-            stamp = exchange_stamp(claim, by_parts) if rules.exchange_timestamps else None
-            when, origin = hand_in_time(sid, claim, stamp, due, rules)
-            if claim.late and when is None:
-                why = f"marked LATE by the LMS, but {aid} has no due date: set it (`deadline`), then collect again"
-                found.problems.append(Problem(claim.member.parts[0], lms, sid, why))
-            if when is not None:
-                write_timestamp(target.parent, when)
-                found.times[sid] = when
-            if claim.late is not None:
-                found.late[sid] = claim.late
-            if claim.is_lms_user:
-                lms_of[sid] = lms
-            found.students[sid] = target
-            found.handins.append(Handin(sid, lms, claim.member.parts[0], when, origin))
+        by_parts = {m.parts: m for m in members}
+        lms_of = _store_all(course, aid, chosen, ids, by_parts, due, rules, found)
         remember_lms_ids(course, lms_of, roster.names)
     unknown = [h.student_id for h in found.handins if h.source == SOURCE_UNKNOWN]
     if unknown and due is not None:
@@ -640,6 +591,79 @@ def collect(
             + (", or --exchange-timestamps for nbgrader's exchange" if not rules.exchange_timestamps else "")
         )
     return found
+
+
+def _members(items, found: Collected) -> list[Member]:
+    """The files of the source that may be hand-ins; what was skipped is said (a notebook as a problem)."""
+    members: list[Member] = []
+    for item in items:
+        if isinstance(item, Member) and SKIPPED_FOLDERS & set(item.parts):
+            continue
+        if isinstance(item, Skipped) and (item.name.endswith(".ipynb") or item.reason.startswith("more")):
+            found.problems.append(Problem(item.name, "", "", f"skipped, {item.reason}"))
+        elif isinstance(item, Skipped):
+            found.info.append(f"skipped {item.name}: {item.reason}")
+        else:
+            members.append(item)
+    return members
+
+
+def _one_claim_each(
+    members: list[Member], regex, aid: str, found: Collected
+) -> dict[tuple[bool, str], Claim]:
+    """Student key -> the one notebook taken for them (by :func:`preference`); the others are said."""
+    claims, notes = claims_of(members, regex)
+    found.info += notes
+    per_student: dict[tuple[bool, str], list[Claim]] = {}
+    for claim in claims:
+        per_student.setdefault(claim.key, []).append(claim)
+    chosen: dict[tuple[bool, str], Claim] = {}
+    for key, group in per_student.items():
+        group.sort(key=lambda c: preference(c, aid))
+        chosen[key] = group[0]
+        if len(group) > 1:
+            others = ", ".join(c.member.name for c in group[1:])
+            found.info.append(f"{key[1]}: several notebooks; took {group[0].member.name}, ignored {others}")
+    return chosen
+
+
+def _store_all(course: Course, aid: str, chosen: dict, ids: dict, by_parts: dict, due, rules: TimeRules,
+               found: Collected) -> dict[str, str]:  # fmt: skip
+    """Each chosen notebook into ``submitted/`` under its student's id, with its hand-in time; the LMS user
+    ids of those the LMS named by id."""
+    from autograder.late import write_timestamp
+
+    budget, lms_of = MAX_TOTAL_BYTES, {}
+    for key, claim in sorted(chosen.items(), key=lambda kv: ids.get(kv[0], "")):
+        sid, lms = ids.get(key), claim.lms_id
+        if sid is None:
+            continue
+        target = course.submission(aid, sid)
+        try:
+            budget -= store(claim.member, target, budget)
+        except READ_ERRORS as err:
+            target.unlink(missing_ok=True)
+            (target.parent / "timestamp.txt").unlink(missing_ok=True)
+            reason = f"its notebook {claim.member.name} could not be read ({err})"
+            found.problems.append(Problem(claim.member.parts[0], lms, "", reason + ": not collected"))
+            continue
+        stamp = exchange_stamp(claim, by_parts) if rules.exchange_timestamps else None
+        when, origin = hand_in_time(sid, claim, stamp, due, rules)
+        if claim.late and when is None:
+            why = (
+                f"marked LATE by the LMS, but {aid} has no due date: set it (`deadline`), then collect again"
+            )
+            found.problems.append(Problem(claim.member.parts[0], lms, sid, why))
+        if when is not None:
+            write_timestamp(target.parent, when)
+            found.times[sid] = when
+        if claim.late is not None:
+            found.late[sid] = claim.late
+        if claim.is_lms_user:
+            lms_of[sid] = lms
+        found.students[sid] = target
+        found.handins.append(Handin(sid, lms, claim.member.parts[0], when, origin))
+    return lms_of
 
 
 def handin_table(found: Collected) -> list[str]:

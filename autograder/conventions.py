@@ -11,8 +11,7 @@ import ast
 import re
 import textwrap
 
-from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
-from autograder.reference import is_written
+from autograder.course import Course, is_graded_test, is_solution, is_written, nbgrader_meta
 
 TOTAL_POINTS = 100
 SETUP_ID = "setup"

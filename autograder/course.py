@@ -13,6 +13,18 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADING = ".grading"  # the grader's own folder in a course (git-ignored; never visible to students)
+GRADEBOOK = "gradebook.db"  # nbgrader's SQLite gradebook in a course's root, unless the course names another
+SQLITE = "sqlite:///"
+
+
+def sqlite_url(path: Path) -> str:
+    """The gradebook URL of the SQLite file at ``path``."""
+    return SQLITE + str(path)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite gradebook URL; None for another database."""
+    return Path(url.removeprefix(SQLITE)) if url.startswith(SQLITE) else None
 
 
 @dataclass(frozen=True)
@@ -147,11 +159,7 @@ class Course:
         if os.environ.get("DLCOURSE_DB_URL"):
             return os.environ["DLCOURSE_DB_URL"]
         configured = self.config.CourseDirectory.get("db_url")
-        return (
-            configured
-            if isinstance(configured, str) and configured
-            else "sqlite:///" + str(self.root / "gradebook.db")
-        )
+        return configured if isinstance(configured, str) and configured else sqlite_url(self.root / GRADEBOOK)
 
     @property
     def config(self):
@@ -200,9 +208,7 @@ class Course:
                 aid, self.notebooks(aid)[0] if self.notebooks(aid) else None
             )  # a clear error
             shutil.copytree(self.source / aid, root / "source" / aid)
-        return Course(
-            root=root, db="sqlite:///" + str(root / "gradebook.db"), cache_root=cache_root or self.cache
-        )
+        return Course(root=root, db=sqlite_url(root / GRADEBOOK), cache_root=cache_root or self.cache)
 
 
 def _stamp(path: Path) -> tuple:
@@ -234,3 +240,14 @@ def is_graded_test(cell) -> bool:
 
 def is_solution(cell) -> bool:
     return bool(nbgrader_meta(cell).get("solution"))
+
+
+def is_written(cell) -> bool:
+    """An answer graded by hand in formgrader (never a case of the reference): a markdown answer cell with
+    points (this course's written answers: the source holds the rubric and a model answer between
+    ``### BEGIN SOLUTION`` and ``### END SOLUTION``; the release shows nbgrader's text stub), and as
+    nbgrader has them, a code answer cell with points ("manually graded answer") or a task cell."""
+    meta = nbgrader_meta(cell)
+    if not meta.get("grade") and not meta.get("task"):
+        return False
+    return bool(meta.get("task")) or is_solution(cell)

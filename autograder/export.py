@@ -1,4 +1,4 @@
-"""Stage 7, export: grades to CSV for nbgrader's own format, for Canvas, and the results table.
+"""Grades to CSV for nbgrader's own format, for Canvas, and the results table.
 
 Scores leave here as final scores: the raw score less the late penalty (:mod:`autograder.late`), decided now
 from the gradebook's due date and extensions and the hand-in's ``timestamp.txt``. The raw score is the

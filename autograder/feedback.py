@@ -1,4 +1,4 @@
-"""Stage 6, feedback: one HTML page per student with test names, points, messages and the student's
+"""One HTML page per student with test names, points, messages and the student's
 own code and output. Test code, hidden or public, never appears: nbgrader's own feedback shows hidden
 tests, so this page is built from the recorded results instead. Written answers are graded by hand: the
 page says which await manual grading and shows the points and comments given so far (read from the
@@ -59,6 +59,29 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
     (its tests, answers and output) under the assignment's score."""
     e = html.escape
     sid = result.student_id
+    rows = _test_rows(result, nb)
+    notes = "".join(f"<li>{e(n)}</li>" for n in result.notes)
+    score, written = _score_and_written(result, late, nb)
+    answers = "".join(
+        f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
+        for gid, code, out in _answers(course, aid, sid, nb)
+    )
+    title = aid if nb is None or nb == aid else f"{aid}, {nb}.ipynb"
+    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(title)}: feedback for {e(sid)}</title>
+<style>{STYLE}</style></head><body>
+<h1>{e(title)}: {e(score)}</h1>
+<p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
+{f"<p>{e(late.explain())}</p>" if late and late.explain() else ""}
+{f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
+<h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
+{written}
+<h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
+</body></html>"""
+
+
+def _test_rows(result: Result, nb: str | None) -> list[str]:
+    """A row per test cell (of the notebook ``nb``), and under it a row per part that earned its own share."""
+    e = html.escape
     rows = []
     for cell in result.cells:
         if nb is not None and cell.notebook and cell.notebook != nb:
@@ -75,56 +98,47 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
                 f'<tr class="part"><td>&nbsp;&nbsp;{e(group.name)}</td><td>{group.points:g} / {group.max_points:g}</td>'
                 f"<td>{mark}</td><td>{e(group.message)}</td></tr>"
             )
-    notes = "".join(f"<li>{e(n)}</li>" for n in result.notes)
+    return rows
+
+
+def _score_and_written(result: Result, late: Late | None, nb: str | None) -> tuple[str, str]:
+    """The page's score line (as the gradesheet's line for the student gives it: tests, written answers,
+    late penalty, final) and the section of written answers ("" without any)."""
+    e = html.escape
     score = "not graded" if result.is_error else f"{result.score:g} / {result.max_score:g}"
     if late and late.penalty:
         score = (
             f"{late.final:g} / {result.max_score:g} (tests {result.score:g}, late penalty {late.penalty:g})"
         )
+    if not result.written or result.is_error:
+        return score, ""
     written_rows = "".join(
         f"<tr><td>{e(w.grade_id)}</td><td>{e(w.text())}</td><td>{e(w.comment)}</td></tr>"
         for w in result.written
         if nb is None or not w.notebook or w.notebook == nb
     )
-    if result.written and not result.is_error:  # late: as :func:`write_feedback` assessed the total
-        parts = [
-            f"tests {result.score:g} / {result.max_score:g}",
-            f"written answers {result.written_score:g} / {result.written_max:g}",
-        ]
-        if late and late.penalty:
-            parts.append(f"late penalty {late.penalty:g}")
-        final = late.final if late and late.penalty and late.final is not None else result.total_score
-        score = f"{final:g} / {result.total_max:g} ({', '.join(parts)})"
-        awaiting = sum(w.max_points for w in result.awaiting)
-        status = (
-            f"{len(result.awaiting)} written answer(s), {awaiting:g} points, await manual grading by your "
-            "instructor: the score above counts only what has been graded."
-            if result.awaiting
-            else "Your written answers have received manual grading."
-            if any(w.answered for w in result.written)
-            else "Your written answers were left unanswered: 0 points."
-        )
-        written = (
-            f"<h2>Written answers (graded by hand)</h2><p>{e(status)}</p>"
-            f"<table><tr><th>question</th><th>points</th><th>comment</th></tr>{written_rows}</table>"
-        )
-    else:
-        written = ""
-    answers = "".join(
-        f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
-        for gid, code, out in _answers(course, aid, sid, nb)
+    parts = [
+        f"tests {result.score:g} / {result.max_score:g}",
+        f"written answers {result.written_score:g} / {result.written_max:g}",
+    ]
+    if late and late.penalty:
+        parts.append(f"late penalty {late.penalty:g}")
+    final = late.final if late and late.penalty and late.final is not None else result.total_score
+    score = f"{final:g} / {result.total_max:g} ({', '.join(parts)})"
+    awaiting = sum(w.max_points for w in result.awaiting)
+    status = (
+        f"{len(result.awaiting)} written answer(s), {awaiting:g} points, await manual grading by your "
+        "instructor: the score above counts only what has been graded."
+        if result.awaiting
+        else "Your written answers have received manual grading."
+        if any(w.answered for w in result.written)
+        else "Your written answers were left unanswered: 0 points."
     )
-    title = aid if nb is None or nb == aid else f"{aid}, {nb}.ipynb"
-    return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(title)}: feedback for {e(sid)}</title>
-<style>{STYLE}</style></head><body>
-<h1>{e(title)}: {e(score)}</h1>
-<p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
-{f"<p>{e(late.explain())}</p>" if late and late.explain() else ""}
-{f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
-<h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
-{written}
-<h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
-</body></html>"""
+    written = (
+        f"<h2>Written answers (graded by hand)</h2><p>{e(status)}</p>"
+        f"<table><tr><th>question</th><th>points</th><th>comment</th></tr>{written_rows}</table>"
+    )
+    return score, written
 
 
 def write_feedback(

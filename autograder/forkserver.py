@@ -250,6 +250,12 @@ def server_for(warm: tuple[str, ...], slot: int) -> ForkServer:
         return server
 
 
+def warm_parents() -> dict[tuple, int]:
+    """(warm modules, slot, interpreter) -> the process id of each warm parent this process started."""
+    with _SERVERS_LOCK:
+        return {key: server.process.pid for key, server in _SERVERS.items() if server.process is not None}
+
+
 @atexit.register
 def stop_all() -> None:
     with _SERVERS_LOCK:
@@ -308,20 +314,25 @@ def serve(sock: socket.socket, warm: list[str]) -> None:
                 os.close(fd)
             running.add(pid)
             _send(sock, {"pid": pid})
-        while running:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            running.discard(pid)
-            _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        _reap(sock, running)
     for pid in running:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _reap(sock: socket.socket, running: set[int]) -> None:
+    """Tell the grader of each child that has ended, with its exit code."""
+    while running:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        running.discard(pid)
+        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def _send(sock: socket.socket, message: dict) -> None:

@@ -140,7 +140,7 @@ def uploaded_notebooks(folder: Path, limit: int = 1000) -> tuple[list[Path], lis
 def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_path: Path) -> dict:
     """Grade the notebook(s) in ``submission_dir`` (for an assignment of several, each by its name) and write
     Gradescope's results.json."""
-    from autograder.pipeline import grade
+    from autograder.batch import grade
     from autograder.release import release
 
     notebooks, skipped = uploaded_notebooks(Path(submission_dir))

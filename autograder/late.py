@@ -25,7 +25,7 @@ from nbgrader.utils import parse_utc
 from traitlets import Enum, Float, Int
 from traitlets.config import Config
 
-from autograder.course import Course
+from autograder.course import Course, sqlite_file
 from autograder.result import Result
 
 DAY = 86400.0
@@ -132,7 +132,7 @@ def open_gradebook(course: Course, config: Config | None = None):
     """The gradebook to read, or None where it is a SQLite file that does not exist yet (reading a due date
     never creates one)."""
     url = course.db_url
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+    if sqlite_file(url) is not None and not sqlite_file(url).is_file():
         return None
     return gradebook(course, config)
 

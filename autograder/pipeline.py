@@ -1,27 +1,21 @@
-"""The grading pipeline for a whole class: collect, then for each submission the declared :data:`STAGES`
-(repair -> sandbox_run -> verify -> keep -> status), then record.
+"""One submission's way through the grader: the declared :data:`STAGES` (repair -> sandbox_run -> verify ->
+keep -> status), each notebook of a hand-in in a kernel of its own, on the :class:`Batch` that every
+submission of a grading run shares (built once: the course, the reference, the parsed source and release,
+the frameworks to warm).
 
-Submissions are graded in parallel by worker threads (each waits on its own sandboxed child, so the
-grader's process never runs student code), or by the workers of a Dask cluster. Each worker starts
-its next child while the current one runs, so kernel start and framework imports overlap with work.
-Results are recorded by this process alone, one submission at a time, as they arrive.
-
-Before a batch the grader proves itself (:mod:`autograder.canary`): the isolation is probed, the
-reference is built in the sandbox, and the source's own solutions and the untouched release are graded
-through this very path. A run that failed for the grader's reasons (its kernel never started, the
-sandbox could not be set up, the disk filled, a worker was lost) gets status ``error``, is tried once
-more, and is never recorded as a score.
+Workers (:func:`run_jobs`) grade submissions in parallel, each waiting on its own sandboxed child, so the
+grader's process never runs student code; each worker starts its next child while the current one runs.
+A run that failed for the grader's reasons (its kernel never started, the sandbox could not be set up, the
+disk filled) gets status ``error``, is tried once more, and is never recorded as a score. The batch
+around this (the proof, recording, Dask) is :mod:`autograder.batch`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import json
 import queue
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -34,194 +28,66 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course
-from autograder.isolation import Isolation, resolve
-from autograder.record import Recorder, load_result, save_result, sha256_regular, write_json_atomic
+from autograder.handin import assignment_files, frameworks_used, submission_digest
+from autograder.isolation import Isolation
+from autograder.record import write_json_atomic
 from autograder.reference import Reference, source_inputs
-from autograder.repair import Repaired, repair
-from autograder.result import CellResult, Result
+from autograder.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, read_bytes_bounded, rebuild
+from autograder.result import STATUS, CellResult, Result
 from autograder.sandbox import Limits, Outcome, Sandbox
 from autograder.verify import Verdict, verify, written_results
 
-__all__ = ["STAGES", "Job", "grade", "grade_one", "run_jobs"]
+__all__ = ["STAGES", "Batch", "Job", "grade_one", "make_batch", "run_jobs", "stages"]
 
 
 @dataclass(frozen=True)
-class Job:
-    """Everything one submission's grading needs; frozen values, so it can travel to a Dask worker whole
-    (the course with its workspace, gradebook and cache root: a worker finds the same reference)."""
+class Batch:
+    """What every submission of one grading run shares, made once by :func:`make_batch`: frozen values, so
+    it travels to a Dask worker whole (sent once per worker)."""
 
-    course: Course
+    course: Course  # its workspace, gradebook and cache root
     aid: str
-    sid: str
+    reference: Reference  # its digest a plain field
     limits: Limits
-    warm: tuple[str, ...]
     isolation: Isolation
-    private: tuple[str, ...] = ()  # folders the kernel must not see
-    path: str = ""  # the hand-in's folder, when it is not in submitted/ (the canary's)
+    warm: tuple[str, ...]  # modules a child imports before the student's code arrives
+    private: tuple[str, ...]  # folders no kernel may see
+    templates: dict[str, Template]  # notebook -> its source and release, parsed
+    hidden: dict[str, frozenset[str]]  # notebook -> the hidden tests' lines no output may spell
+    inputs: dict[str, str]  # what the source's graded lines are (:func:`assignment_inputs`)
+
+    @property
+    def notebooks(self) -> list[str]:
+        return list(self.reference.notebooks)
 
     def sandbox(self, slot: int = 0) -> Sandbox:
         return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
 
 
-def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
-    """Modules a child imports before the student's code arrives: the heavy ones the source uses.
-
-    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn. A
-    source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
-    pays on its first ``torch.compile``); none of these starts a thread when imported.
-    """
-    text = "".join(
-        course.source_notebook(aid, nb).read_text(encoding="utf-8") for nb in course.notebooks(aid)
-    )
-    compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
-    uses = {
-        "numpy": "numpy" in text,
-        "dlcourse": "dlcourse" in text,
-        "torch": "torch" in text or "dlcourse.banner()" in text,
-        "sklearn": "sklearn" in text or "dlcourse.data" in text,
-        "tensorflow": "tensorflow" in text,
-        "torch._dynamo": compiles,
-        "torch._inductor.compile_fx": compiles,
-        "torch.export": compiles,
-    }
-    return tuple(module for module, used in uses.items() if used and _findable(module))
+def make_batch(course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation) -> Batch:
+    """The shared part of grading ``aid``: every notebook's source and release read and parsed here, once."""
+    names = list(reference.notebooks)
+    templates = {nb: Template.read(course, aid, nb or None) for nb in names}
+    return Batch(
+        course, aid, reference, limits, isolation,
+        warm=frameworks_used(course, aid),
+        private=tuple(course.private_folders()),
+        templates=templates,
+        hidden={nb: hidden_test_lines(course, aid, nb or None) for nb in names},
+        inputs=assignment_inputs(course, aid),
+    )  # fmt: skip
 
 
-def _findable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a submodule of a package that is not installed
-        return False
+@dataclass(frozen=True)
+class Job:
+    """One submission to grade: the student, and the hand-in's folder when it is not in ``submitted/`` (the
+    canary's)."""
 
-
-def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
-    """Student id -> hand-in folder."""
-    found = course.handed_in(aid)
-    if students:
-        missing = [s for s in students if s not in found]
-        if missing:
-            raise KeyError(f"no submission of {aid} from {', '.join(missing)}")
-        found = {s: found[s] for s in students}
-    return found
+    sid: str
+    path: str = ""
 
 
 # ----------------------------------------------------------------------------- one submission's stages
-
-
-# What of a hand-in besides its notebooks goes to the run (data, helpers the student changed), at most:
-MAX_FILES, MAX_FILES_BYTES, MAX_DEPTH = 1000, 64 * 2**20, 16
-NBGRADER_IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]  # nbgrader's default
-
-
-def _ignored(course: Course) -> list[str]:
-    configured = course.config.CourseDirectory.get("ignore")
-    return [*(configured if isinstance(configured, list) else NBGRADER_IGNORE), "samples"]
-
-
-def _copy_regular(path: Path, target: Path, limit: int) -> int | None:
-    """Copy the regular file ``path`` (never through a link, never blocking on a FIFO) to ``target``; its
-    size, or None when it is not a regular file or is larger than ``limit``."""
-    import errno
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENXIO, errno.EACCES, errno.ENOENT, errno.EISDIR):
-            return None
-        raise
-    with os.fdopen(fd, "rb") as src:
-        info = os.fstat(src.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = src.read(limit + 1)
-        if len(data) > limit:
-            return None
-        target.write_bytes(data)
-        return len(data)
-
-
-def assignment_files(course: Course, aid: str, handed_in: Path | None, target: Path) -> list[str]:
-    """Fill the grader's folder ``target`` with the files a run of ``aid`` gets beside its notebook, as
-    nbgrader's autograde gives them: what the student handed in besides the assignment's notebooks (regular
-    files only, at most :data:`MAX_FILES` and :data:`MAX_FILES_BYTES`), then the source's own files (data,
-    images, helper modules; not notebooks, nor what ``CourseDirectory.ignore`` names) over them, except
-    those the course lets students change (``Autograde.exclude_overwriting``). Returns notes for the
-    student about what was left out."""
-    import fnmatch
-    import os
-
-    ignore = _ignored(course)
-    notebooks = {f"{nb}.ipynb" for nb in course.notebooks(aid)}
-    kept = course.config.Autograde.get("exclude_overwriting", {})
-    kept = set(kept.get(aid, [])) if isinstance(kept, dict) else set()
-    notes: list[str] = []
-
-    def skipped(rel: Path) -> bool:
-        return any(fnmatch.fnmatch(part, pattern) for part in rel.parts for pattern in ignore)
-
-    if handed_in is not None and handed_in.is_dir():
-        count = total = 0
-        for folder, dirs, files in os.walk(handed_in, followlinks=False):
-            depth = len(Path(folder).relative_to(handed_in).parts)
-            if depth >= MAX_DEPTH and dirs:
-                notes.append(f"folders nested deeper than {MAX_DEPTH} levels were not given to the run")
-            dirs[:] = (
-                sorted(d for d in dirs if not (Path(folder) / d).is_symlink()) if depth < MAX_DEPTH else []
-            )
-            for name in sorted(files):
-                path = Path(folder) / name
-                rel = path.relative_to(handed_in)
-                if (len(rel.parts) == 1 and name in notebooks) or name == "timestamp.txt" or skipped(rel):
-                    continue
-                if count >= MAX_FILES or total >= MAX_FILES_BYTES:
-                    notes.append(f"more than {MAX_FILES} files or {MAX_FILES_BYTES // 2**20} MB handed in besides "
-                                 "the notebooks: the rest was not given to the run")  # fmt: skip
-                    return notes
-                size = _copy_regular(path, target / rel, MAX_FILES_BYTES - total)
-                if size is None:
-                    notes.append(f"{rel}: not a regular file, or too large; not given to the run")
-                    continue
-                count, total = count + 1, total + size
-    source = course.source / aid
-    for folder, dirs, files in os.walk(source, followlinks=False):
-        dirs[:] = [d for d in dirs if not skipped((Path(folder) / d).relative_to(source))]
-        for name in files:
-            rel = (Path(folder) / name).relative_to(source)
-            if name.endswith(".ipynb") or skipped(rel) or (str(rel) in kept and (target / rel).exists()):
-                continue
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            (target / rel).unlink(missing_ok=True)
-            shutil.copyfile(Path(folder) / name, target / rel)
-    return notes
-
-
-def submission_digest(folder: Path, notebooks: list[str]) -> str:
-    """What a result is tied to: the sha256 of the notebook for a hand-in of one notebook and nothing else
-    (this course's), else of every notebook's and other file's name and sha256. Read without following links
-    or blocking; what cannot be read counts as its name alone."""
-    import os
-
-    entries = []
-    if folder.is_dir():
-        for root, dirs, files in os.walk(folder, followlinks=False):
-            dirs[:] = sorted(dirs) if len(Path(root).relative_to(folder).parts) < MAX_DEPTH else []
-            if len(entries) > MAX_FILES:
-                break
-            for name in sorted(files):
-                path = Path(root) / name
-                if name == "timestamp.txt" and path.parent == folder:
-                    continue
-                entries.append((str(path.relative_to(folder)), path))
-    if len(notebooks) == 1 and [rel for rel, _ in entries] == [f"{notebooks[0]}.ipynb"]:
-        return sha256_regular(entries[0][1])
-    digest = hashlib.sha256()
-    for rel, path in entries[:MAX_FILES]:
-        digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(sha256_regular(path).encode())
-    return digest.hexdigest()
 
 
 @dataclass
@@ -231,7 +97,6 @@ class Grading:
 
     job: Job
     reference: Reference
-    course: Course
     path: Path
     result: Result
     sandbox: Sandbox | None = None  # a pre-started child, or None to start one at the run stage
@@ -240,18 +105,20 @@ class Grading:
     verdict: Verdict | None = None
     nb: str = ""  # the notebook's name ("" for the assignment's one notebook)
     files: Path | None = None  # the folder of files the run gets beside the notebook
+    raw: tuple[bytes | None, str | None] | None = None  # the notebook's bytes, read once (or why not)
 
 
-def repair_stage(g: Grading) -> bool:
+def repair_stage(b: Batch, g: Grading) -> bool:
     """Read the notebook, put back what Colab or an editor damaged; stop with a reason if it is unreadable."""
     if not g.path.exists() and not g.path.is_symlink():
         g.repaired = Repaired(None, f"{g.path.name} was not handed in")
     else:
-        g.repaired = repair(g.course, g.job.aid, g.path, g.nb or None)
+        raw = g.raw or read_bytes_bounded(g.path, MAX_NOTEBOOK_BYTES)
+        g.repaired = rebuild(b.templates[g.nb], raw)
     g.result.notes = g.repaired.notes
     if g.repaired.fatal:
         if not g.job.path:  # an earlier hand-in's kept run must not decide this one on a regrade
-            shutil.rmtree(g.course.kept_run(g.job.aid, g.job.sid, g.nb or None), ignore_errors=True)
+            shutil.rmtree(b.course.kept_run(b.aid, g.job.sid, g.nb or None), ignore_errors=True)
         g.result.status, g.result.reason = "unreadable", g.repaired.fatal
         g.result.cells = [
             CellResult(
@@ -264,10 +131,10 @@ def repair_stage(g: Grading) -> bool:
     return True
 
 
-def run_stage(g: Grading) -> bool:
+def run_stage(b: Batch, g: Grading) -> bool:
     """Run the repaired notebook in a sandboxed child (the seam where another runner plugs in)."""
     if g.sandbox is None:
-        g.sandbox = g.job.sandbox().start()
+        g.sandbox = b.sandbox().start()
     g.outcome = g.sandbox.run(g.repaired.notebook, files=g.files)
     if g.outcome.status == "error":  # nothing of the student's ran: no verdict, no score
         g.result.reason = f"grader error: {g.outcome.detail.splitlines()[0]}"
@@ -281,7 +148,7 @@ def run_stage(g: Grading) -> bool:
     return True
 
 
-def verify_stage(g: Grading) -> bool:
+def verify_stage(b: Batch, g: Grading) -> bool:
     """Decide every point outside the kernel, from the data the run captured; a cell without checks (plain
     ``assert``s) as nbgrader decides it, from how it ran in the kernel (marked "decided in the kernel")."""
     if g.outcome.kernel_outputs is None:
@@ -308,13 +175,13 @@ def kernel_outputs(reference: Reference, notebook, outcome: Outcome) -> dict[str
     return found
 
 
-def keep_stage(g: Grading) -> bool:
+def keep_stage(b: Batch, g: Grading) -> bool:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
     what the run captured, so that a regrade decides again without running the student's code."""
     if not g.job.path:  # the canary's notebooks are nobody's
-        hidden = hidden_test_lines(g.course, g.job.aid, g.nb or None)
-        save_executed(g.course, g.job, g.repaired.notebook, g.outcome.outputs, hidden, g.nb or None)
-        keep_run(g.course.kept_run(g.job.aid, g.job.sid, g.nb or None), g.outcome, g.result.submission_sha256)
+        executed = executed_notebook(g.repaired.notebook, g.outcome.outputs, b.hidden[g.nb])
+        save_executed(b.course.executed(b.aid, g.job.sid, g.nb or None), executed)
+        keep_run(b.course.kept_run(b.aid, g.job.sid, g.nb or None), g.outcome, g.result.submission_sha256)
     return True
 
 
@@ -363,9 +230,9 @@ def kept_outcome(folder: Path, submission_sha256: str | None = None) -> Outcome 
         return None
 
 
-def status_stage(g: Grading) -> bool:
+def status_stage(b: Batch, g: Grading) -> bool:
     """The status and the one-line reason, from how the run ended and what the verdict found."""
-    result, limits, outcome = g.result, g.job.limits, g.outcome
+    result, limits, outcome = g.result, b.limits, g.outcome
     if outcome.status != "finished":
         stopped = f"the notebook {limits.stopped(outcome.status)}"
         result.status, result.reason = outcome.status, f"{stopped}; graded on what ran before"
@@ -385,9 +252,9 @@ def status_stage(g: Grading) -> bool:
     return True
 
 
-# The stages of one submission, in order; each returns False to stop there (the result says why). The
-# batch around them: collect -> [these, on the workers] -> record (in this process) -> feedback, export
-# (see :mod:`autograder.workflows`).
+# The stages of one submission, in order; each takes (batch, grading) and returns False to stop there (the
+# result says why). The batch around them: prove -> [these, on the workers] -> record (in this process) ->
+# feedback, export (see :mod:`autograder.batch` and :mod:`autograder.workflows`).
 STAGES = (
     ("repair", repair_stage),
     ("sandbox_run", run_stage),
@@ -397,38 +264,39 @@ STAGES = (
 )
 
 
-def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) -> Result:
+def stages(*names: str) -> tuple[tuple[str, Callable[[Batch, Grading], bool]], ...]:
+    """The stages called ``names``, in the order of :data:`STAGES` (a regrade decides again with some)."""
+    unknown = set(names) - {name for name, _ in STAGES}
+    if unknown:
+        raise KeyError(f"no stage {sorted(unknown)}")
+    return tuple((name, stage) for name, stage in STAGES if name in names)
+
+
+def grade_one(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
     """Grade one submission, each of its notebooks through :data:`STAGES` in a kernel of its own (as
     nbgrader runs them), never raising: every outcome is a result with a reason."""
-    course = job.course
+    reference = b.reference
     result = Result(
-        job.sid, job.aid, reference.max_score, isolation=job.isolation.describe(), reference=reference.digest
+        job.sid, b.aid, reference.max_score, isolation=b.isolation.describe(), reference=reference.digest
     )
-    folder = Path(job.path) if job.path else course.submission_folder(job.aid, job.sid)
-    names = list(reference.notebooks)
+    folder = Path(job.path) if job.path else b.course.submission_folder(b.aid, job.sid)
     started = time.monotonic()
     files = None
     try:
-        result.submission_sha256 = submission_digest(folder, names)
-        staging = course.work / "staging"
+        raws, result.submission_sha256 = read_submission(folder, b.notebooks)
+        staging = b.course.work / "staging"
         staging.mkdir(parents=True, exist_ok=True)
-        files = Path(tempfile.mkdtemp(prefix=f"{job.aid}-", dir=staging))
-        notes = assignment_files(course, job.aid, folder, files)
+        files = Path(tempfile.mkdtemp(prefix=f"{b.aid}-", dir=staging))
+        notes = assignment_files(b.course, b.aid, folder, files)
         parts = []
-        for nb in names:
-            part = Result(job.sid, job.aid, reference.part(nb).max_score, reference=reference.digest)
+        for nb in b.notebooks:
+            part = Result(job.sid, b.aid, reference.part(nb).max_score, reference=reference.digest)
             part.submission_sha256 = result.submission_sha256
-            g = Grading(
-                job, reference.part(nb), course, folder / f"{nb or job.aid}.ipynb", part, nb=nb, files=files
-            )
+            path = folder / f"{nb or b.aid}.ipynb"
+            g = Grading(job, reference.part(nb), path, part, nb=nb, files=files, raw=raws.get(nb))
             g.sandbox, sandbox = sandbox, None  # a pre-started child runs the first notebook
             try:
-                for name, stage in STAGES:
-                    t0 = time.perf_counter()
-                    go_on = stage(g)
-                    part.timings[name] = time.perf_counter() - t0
-                    if not go_on:
-                        break
+                run_stages(b, g, STAGES)
             finally:
                 if g.sandbox is not None:
                     g.sandbox.cleanup()
@@ -448,8 +316,31 @@ def grade_one(job: Job, reference: Reference, sandbox: Sandbox | None = None) ->
     return result
 
 
-# The order in which one notebook's status stands for a submission of several: the first found.
-STATUS_ORDER = ("error", "crashed", "memory", "processes", "timeout", "unreadable", "flagged", "graded")
+def run_stages(b: Batch, g: Grading, chosen) -> None:
+    """``chosen`` stages in turn on ``g``, each timed, until one says stop."""
+    for name, stage in chosen:
+        t0 = time.perf_counter()
+        go_on = stage(b, g)
+        g.result.timings[name] = time.perf_counter() - t0
+        if not go_on:
+            break
+
+
+def read_submission(folder: Path, names: list[str]) -> tuple[dict, str]:
+    """Each notebook of the hand-in in ``folder`` read once (its bytes, or why they cannot be graded), and
+    the digest the result is tied to: for a hand-in of one notebook and nothing else, the sha256 of those
+    very bytes."""
+    import hashlib
+
+    raws = {}
+    for nb in names:
+        path = folder / f"{nb}.ipynb"
+        if path.exists() or path.is_symlink():
+            raws[nb] = read_bytes_bounded(path, MAX_NOTEBOOK_BYTES)
+    only = len(names) == 1 and raws.get(names[0], (None, ""))[0] is not None
+    if only and [p.name for p in folder.iterdir() if p.name != "timestamp.txt"] == [f"{names[0]}.ipynb"]:
+        return raws, hashlib.sha256(raws[names[0]][0]).hexdigest()
+    return raws, submission_digest(folder, names)
 
 
 def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str]) -> None:
@@ -478,7 +369,7 @@ def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str
             result.peak_memory_mb = max(result.peak_memory_mb or 0, part.peak_memory_mb)
     # a notebook not handed in (or unreadable) beside others that ran: the submission's status is theirs
     readable = [p for p in parts if p[1].status != "unreadable"] or parts
-    worst = min(readable, key=lambda p: STATUS_ORDER.index(p[1].status))
+    worst = min(readable, key=lambda p: list(STATUS).index(p[1].status))
     result.status = worst[1].status
     result.score = round(sum(c.points for c in result.cells), 2)
     if result.is_error:
@@ -502,9 +393,9 @@ def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str
     result.detail = worst[1].detail
 
 
-def error_result(job: Job, reference: Reference | None, err: Exception) -> Result:
+def error_result(b: Batch, job: Job, err: Exception) -> Result:
     return Result(
-        job.sid, job.aid, reference.max_score if reference else 0.0, status="error",
+        job.sid, b.aid, b.reference.max_score, status="error",
         reason=f"grader error: {type(err).__name__}: {err}",
     )  # fmt: skip
 
@@ -620,90 +511,13 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
     return nb
 
 
-def save_executed(
-    course: Course, job: Job, notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str], nb=None
-) -> None:
+def save_executed(target: Path, executed: nbformat.NotebookNode) -> None:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, sanitised:
     formgrader shows what the student wrote and ran, and runs and loads none of it."""
     from autograder.sanitize import sanitize_notebook
 
-    target = course.executed(job.aid, job.sid, nb)
     target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(sanitize_notebook(executed_notebook(notebook, outputs, hidden)), str(target))
-
-
-def _dask_grade(job: Job) -> Result:
-    from autograder.reference import load_reference
-
-    return grade_one(job, load_reference(job.course.reference_dir / job.aid))
-
-
-def grade(
-    course: Course,
-    aid: str,
-    workers: int = 2,
-    limits: Limits | None = None,
-    students: list[str] | None = None,
-    force: bool = False,
-    scheduler: str | None = None,
-    isolation: str | Isolation = "auto",
-    on_result: Callable[[Result], None] | None = None,
-    strict: bool = False,
-    on_notice: Callable[[str], None] | None = None,
-    on_progress: Callable[[str], None] | None = None,
-) -> list[Result]:
-    """Grade every submission of ``aid`` that has no current result; return all results of this run.
-
-    Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
-    the reference cannot be built, or the canary (:func:`autograder.canary.prove`) fails.
-    """
-    from autograder.canary import prove
-
-    limits = limits or Limits()
-    isolation = resolve(isolation) if isinstance(isolation, str) else isolation
-    found = submissions(course, aid, students)
-    with Recorder(course.db_url) as recorder:
-        if not recorder.knows(aid):
-            raise RuntimeError(
-                f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
-            )
-    reference, proof = prove(course, aid, limits, isolation, workers, strict, say=on_progress)
-    for line in proof.get("warnings", []):
-        (on_notice or (lambda text: print(f"note: {aid}: {text}", file=sys.stderr)))(line)
-    if on_progress:
-        on_progress(
-            f"{aid}: the grader proved itself in {proof.get('proof_seconds', 0):.1f} s; grading the students"
-        )
-    digest = reference.digest
-    names = list(reference.notebooks)
-    todo = [
-        sid
-        for sid, folder in found.items()
-        if force or not _is_current(load_result(course, aid, sid), submission_digest(folder, names), digest)
-    ]
-    warm = frameworks_used(course, aid)
-    inputs = assignment_inputs(course, aid)
-    private = course.private_folders()
-    jobs = [Job(course, aid, sid, limits, warm, isolation, private) for sid in todo]
-    results: list[Result] = []
-    with Recorder(course.db_url) as recorder:
-
-        def finish(result: Result) -> None:
-            result.inputs = inputs
-            t0 = time.perf_counter()
-            if not result.is_error:  # the grader's failure is never a student's score
-                recorder.record(aid, result)  # gradebook first, then the result file that marks it done
-            result.timings["record"] = time.perf_counter() - t0
-            save_result(course, result)
-            results.append(result)
-            if on_result:
-                on_result(result)
-
-        if scheduler:
-            _grade_on_dask(scheduler, jobs, reference, finish)
-        else:
-            run_jobs(jobs, reference, workers, finish)
-    return results
+    nbformat.write(sanitize_notebook(executed), str(target))
 
 
 def assignment_inputs(course: Course, aid: str) -> dict[str, str]:
@@ -717,22 +531,18 @@ def assignment_inputs(course: Course, aid: str) -> dict[str, str]:
     return found
 
 
-def _is_current(result: Result | None, submission_sha: str, digest: str) -> bool:
-    return result is not None and result.is_current(submission_sha, digest)
-
-
-def grade_with_retry(job: Job, reference: Reference, sandbox: Sandbox | None) -> Result:
+def grade_with_retry(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
     """Grade once; a grader error (the student's code never ran, or the run was lost) gets one more try
     in a fresh sandbox."""
-    result = grade_one(job, reference, sandbox)
+    result = grade_one(b, job, sandbox)
     if result.is_error:
         first = result.reason
-        result = grade_one(job, reference)
+        result = grade_one(b, job)
         result.notes = [*result.notes, f"graded a second time after a grader error: {first}"]
     return result
 
 
-def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callable[[Result], None]) -> None:
+def run_jobs(b: Batch, jobs: list[Job], workers: int, finish: Callable[[Result], None]) -> None:
     """Grade ``jobs`` on ``workers`` local worker threads; ``finish`` gets each result in this thread."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
@@ -748,12 +558,12 @@ def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callab
                 break
             current = None
             try:
-                current = ready or job.sandbox(slot).start()
+                current = ready or b.sandbox(slot).start()
                 # Start the next child now: its kernel boots and imports while this one runs.
-                ready = job.sandbox(slot).start() if not pending.empty() else None
-                done.put(grade_with_retry(job, reference, current))
+                ready = b.sandbox(slot).start() if not pending.empty() else None
+                done.put(grade_with_retry(b, job, current))
             except Exception as err:  # the sandbox itself failed to start: a result all the same
-                done.put(error_result(job, reference, err))
+                done.put(error_result(b, job, err))
             finally:
                 if current is not None:
                     current.cleanup()
@@ -767,26 +577,3 @@ def run_jobs(jobs: list[Job], reference: Reference, workers: int, finish: Callab
         finish(done.get())
     for thread in threads:
         thread.join()
-
-
-def _grade_on_dask(
-    scheduler: str, jobs: list[Job], reference: Reference, finish: Callable[[Result], None]
-) -> None:
-    """Each job on a Dask worker; a lost worker or a grader error is tried once more, then an ``error``."""
-    from distributed import Client, as_completed
-
-    with Client(scheduler) as client:
-        futures = {client.submit(_dask_grade, job, pure=False): (job, 0) for job in jobs}
-        pool = as_completed(list(futures))
-        for future in pool:
-            job, tries = futures.pop(future)
-            try:
-                result = future.result()
-            except Exception as err:  # the worker died or the task could not run
-                result = error_result(job, reference, err)
-            if result.is_error and tries == 0:
-                again = client.submit(_dask_grade, job, pure=False)
-                futures[again] = (job, 1)
-                pool.add(again)
-                continue
-            finish(result)

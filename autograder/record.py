@@ -1,4 +1,4 @@
-"""Stage 5, record: results into nbgrader's gradebook (SQLite or PostgreSQL), and one JSON file per
+"""Results into nbgrader's gradebook (SQLite or PostgreSQL), and one JSON file per
 submission that makes grading resumable.
 
 A submission's result file is written last and atomically, after its gradebook row. A grader killed at

@@ -29,7 +29,9 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
-from autograder.course import Course, is_graded_test, is_solution, nbgrader_meta
+from autograder.course import Course, is_graded_test, is_written, nbgrader_meta
+from autograder.handin import assignment_files, frameworks_used
+from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import CASES_FILE as CASES_INDEX
 from dlcourse.grading import Case, compare, load_cases
 
@@ -64,6 +66,7 @@ class Reference:
     written: dict[str, float] = field(default_factory=dict)  # written answer's grade_id -> its points
     # notebook name -> {"cells": [grade_id, ...], "written": [grade_id, ...]}, in the assignment's order
     notebooks: dict[str, dict] = field(default_factory=dict)
+    digest: str = ""  # what it was built from (:func:`source_digest`), read once when it is loaded
 
     def notebook_of(self, grade_id: str) -> str:
         return next(
@@ -84,10 +87,6 @@ class Reference:
     def max_score(self) -> float:
         """The autograded points: written answers are graded by hand, and never count here."""
         return sum(cell["points"] for cell in self.cells.values())
-
-    @property
-    def digest(self) -> str:
-        return (self.directory / STAMP_FILE).read_text()
 
 
 def environment() -> dict[str, str]:
@@ -216,17 +215,6 @@ def case_groups(
     return [{"name": k, "cases": v, "points": shares[k]} for k, v in groups.items()]
 
 
-def is_written(cell) -> bool:
-    """An answer graded by hand in formgrader (never a case of the reference): a markdown answer cell with
-    points (this course's written answers: the source holds the rubric and a model answer between
-    ``### BEGIN SOLUTION`` and ``### END SOLUTION``; the release shows nbgrader's text stub), and as
-    nbgrader has them, a code answer cell with points ("manually graded answer") or a task cell."""
-    meta = nbgrader_meta(cell)
-    if not meta.get("grade") and not meta.get("task"):
-        return False
-    return bool(meta.get("task")) or is_solution(cell)
-
-
 def written_cells(nb: nbformat.NotebookNode) -> dict[str, float]:
     """grade_id -> points of each written answer of a source, in the notebook's order."""
     return {
@@ -280,7 +268,6 @@ def build_reference(course: Course, aid: str, force: bool = False, limits=None, 
 
 def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, files: Path):
     """One sandboxed run of a marked source notebook with ``threads`` BLAS threads: the child's Outcome."""
-    from autograder.pipeline import frameworks_used
     from autograder.sandbox import Sandbox
 
     sandbox = Sandbox(
@@ -301,13 +288,53 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
     import tempfile
 
     from autograder.isolation import resolve
-    from autograder.pipeline import assignment_files
     from autograder.sandbox import Limits
 
     limits = limits or Limits()
     isolation = isolation or resolve("auto")
-    names = course.notebooks(aid)
-    sources = {name: course.read_source(aid, name) for name in names}
+    sources = {name: course.read_source(aid, name) for name in course.notebooks(aid)}
+    cells, notebooks, written = _graded_cells(aid, sources)
+    runs: dict[tuple[str, int], tuple] = {}
+    counts = sorted({*CALIBRATION_THREADS, limits.threads})
+    files = Path(tempfile.mkdtemp(prefix=f"{aid}-files-", dir=course.work if course.work.is_dir() else None))
+    try:
+        assignment_files(course, aid, None, files)
+        wanted = [(name, n) for name in sources if notebooks[name]["cells"] for n in counts]
+        _run_all(
+            wanted, runs, lambda name, n: _run_source(course, aid, sources[name], limits, isolation, n, files)
+        )
+        captured = _captured(aid, runs, notebooks, limits, counts)
+        hidden = hidden_case_names(sources.values())
+        for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
+            found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
+        cases, values = captured[1]
+        _decide_cells(cells, cases)
+        calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
+        if problems:
+            raise ReferenceError(
+                f"{aid}: the source's own results differ between {', '.join(map(str, counts))} "
+                f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
+                f"machine. Widen these cases' rtol/atol in the source notebook:\n  " + "\n  ".join(problems)
+            )
+        staged = Path(tempfile.mkdtemp(prefix=f"{aid}-reference-", dir=target.parent))
+        captures = [o.folder / "capture" for (_, n), (_, o) in sorted(runs.items()) if n == 1]
+        _write_reference(staged, captures, hidden, {
+            CELLS_FILE: cells, NOTEBOOKS_FILE: notebooks, CALIBRATION_FILE: calibration, WRITTEN_FILE: written,
+        })  # fmt: skip
+        (staged / STAMP_FILE).write_text(digest)
+        if target.exists():
+            shutil.rmtree(target)
+        staged.rename(target)
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
+        for sandbox, _ in runs.values():
+            sandbox.cleanup()
+    return load_reference(target)
+
+
+def _graded_cells(aid: str, sources: dict) -> tuple[dict, dict, dict]:
+    """Every notebook's graded test cells (marked to run), their notebooks, and the written answers; ids
+    must be unique across the assignment."""
     cells: dict[str, dict] = {}
     notebooks: dict[str, dict] = {}
     written: dict[str, float] = {}
@@ -326,91 +353,75 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
         notebooks[name] = {"cells": list(marked), "written": list(written_cells(nb))}
     if not cells:
         raise ValueError(f"{aid}: the source has no graded test cells")
-    runs: dict[tuple[str, int], tuple] = {}
-    counts = sorted({*CALIBRATION_THREADS, limits.threads})
-    files = Path(tempfile.mkdtemp(prefix=f"{aid}-files-", dir=course.work if course.work.is_dir() else None))
-    try:
-        assignment_files(course, aid, None, files)
+    return cells, notebooks, written
 
-        def run(name: str, threads: int) -> None:
-            runs[name, threads] = _run_source(course, aid, sources[name], limits, isolation, threads, files)
 
-        workers = [
-            threading.Thread(target=run, args=(name, n))
-            for name in sources
-            if notebooks[name]["cells"]
-            for n in counts
-        ]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        captured = {n: ({}, {}) for n in counts}
-        for (name, threads), (_, outcome) in sorted(runs.items()):
-            _check_run(f"{aid}/{name}" if len(sources) > 1 else aid, threads, outcome, limits)
-            cases, values, problems = load_cases(outcome.folder / "capture")
-            problems = [p for p in problems if p != "no results were recorded"]
-            if problems:
-                raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
-            for case in cases.values():
-                if case.cell not in notebooks[name]["cells"]:
-                    raise ValueError(f"{aid}: case {case.name!r} is recorded outside a graded test cell")
-                if case.name in captured[threads][0]:
-                    raise ReferenceError(
-                        f"{aid}: the case name {case.name!r} is used in more than one notebook"
-                    )
-            captured[threads][0].update(cases)
-            captured[threads][1].update(values)
-        hidden = hidden_case_names(sources.values())
-        for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
-            found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
-        cases, values = captured[1]
-        for case in cases.values():
-            cells[case.cell]["cases"].append(case.name)
-        for grade_id, cell in cells.items():
-            # no check(...) case: the cell's points are decided in the kernel, as nbgrader decides them
-            cell["decided"] = "outside" if cell["cases"] else "kernel"
-            cell["groups"] = (
-                case_groups(
-                    grade_id, [cases[n] for n in cell["cases"]], cell["points"], cell.pop("case_points", None)
-                )
-                if cell["cases"]
-                else []
-            )
-        calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
+def _run_all(wanted: list[tuple[str, int]], runs: dict, run_one) -> None:
+    """``run_one(notebook, threads)`` for each of ``wanted`` at once, each in a thread, into ``runs``."""
+
+    def run(name: str, threads: int) -> None:
+        runs[name, threads] = run_one(name, threads)
+
+    workers = [threading.Thread(target=run, args=key) for key in wanted]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def _captured(
+    aid: str, runs: dict, notebooks: dict, limits, counts: list[int]
+) -> dict[int, tuple[dict, dict]]:
+    """threads -> (cases, values) the runs at that thread count recorded, every notebook's together."""
+    captured = {n: ({}, {}) for n in counts}
+    for (name, threads), (_, outcome) in sorted(runs.items()):
+        _check_run(f"{aid}/{name}" if len(notebooks) > 1 else aid, threads, outcome, limits)
+        cases, values, problems = load_cases(outcome.folder / "capture")
+        problems = [p for p in problems if p != "no results were recorded"]
         if problems:
-            raise ReferenceError(
-                f"{aid}: the source's own results differ between {', '.join(map(str, counts))} "
-                f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
-                f"machine. Widen these cases' rtol/atol in the source notebook:\n  " + "\n  ".join(problems)
-            )
-        staged = Path(tempfile.mkdtemp(prefix=f"{aid}-reference-", dir=target.parent))
-        index = []
-        for (_name, threads), (_, outcome) in sorted(runs.items()):
-            capture = outcome.folder / "capture"
-            if threads != 1 or not capture.is_dir():
-                continue
-            for path in capture.iterdir():
-                if path.name == CASES_INDEX:
-                    index += [
-                        _hidden_line(line, hidden) for line in path.read_text(encoding="utf-8").splitlines()
-                    ]
-                elif path.is_file():
-                    shutil.copyfile(path, staged / path.name)
-        (staged / CASES_INDEX).write_text("".join(line + "\n" for line in index if line.strip()))
-        (staged / CELLS_FILE).write_text(json.dumps(cells, indent=1))
-        (staged / NOTEBOOKS_FILE).write_text(json.dumps(notebooks, indent=1))
-        (staged / CALIBRATION_FILE).write_text(json.dumps(calibration, indent=1))
-        (staged / WRITTEN_FILE).write_text(json.dumps(written, indent=1))
-        (staged / STAMP_FILE).write_text(digest)
-        if target.exists():
-            shutil.rmtree(target)
-        staged.rename(target)
-    finally:
-        shutil.rmtree(files, ignore_errors=True)
-        for sandbox, _ in runs.values():
-            sandbox.cleanup()
-    return load_reference(target)
+            raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
+        for case in cases.values():
+            if case.cell not in notebooks[name]["cells"]:
+                raise ValueError(f"{aid}: case {case.name!r} is recorded outside a graded test cell")
+            if case.name in captured[threads][0]:
+                raise ReferenceError(f"{aid}: the case name {case.name!r} is used in more than one notebook")
+        captured[threads][0].update(cases)
+        captured[threads][1].update(values)
+    return captured
+
+
+def _decide_cells(cells: dict, cases: dict) -> None:
+    """Each cell's cases, how it is decided, and its groups of cases with their points."""
+    for case in cases.values():
+        cells[case.cell]["cases"].append(case.name)
+    for grade_id, cell in cells.items():
+        # no check(...) case: the cell's points are decided in the kernel, as nbgrader decides them
+        cell["decided"] = "outside" if cell["cases"] else "kernel"
+        points = cell.pop("case_points", None)
+        cell["groups"] = (
+            case_groups(grade_id, [cases[n] for n in cell["cases"]], cell["points"], points)
+            if cell["cases"]
+            else []
+        )
+
+
+def _write_reference(staged: Path, captures: list[Path], hidden: set[str], tables: dict[str, object]) -> None:
+    """The reference's files: the one-thread runs' captured values, their index with hidden names marked,
+    and ``tables`` (file name -> data) as JSON."""
+    index = []
+    for capture in captures:
+        if not capture.is_dir():
+            continue
+        for path in capture.iterdir():
+            if path.name == CASES_INDEX:
+                index += [
+                    _hidden_line(line, hidden) for line in path.read_text(encoding="utf-8").splitlines()
+                ]
+            elif path.is_file():
+                shutil.copyfile(path, staged / path.name)
+    (staged / CASES_INDEX).write_text("".join(line + "\n" for line in index if line.strip()))
+    for name, data in tables.items():
+        (staged / name).write_text(json.dumps(data, indent=1))
 
 
 def hidden_case_names(notebooks) -> set[str]:
@@ -476,7 +487,7 @@ def calibrate(cases: dict[str, Case], runs: dict[int, dict]) -> tuple[dict, list
             elif case.kind == "close" and ref.shape == got.shape and ref.dtype.kind in "fc":
                 diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
                 spread_abs = max(spread_abs, float(np.max(diff, initial=0.0)))
-                allowed = case.params.get("atol", 1e-8) + case.params.get("rtol", 1e-5) * np.abs(ref)
+                allowed = case.params.get("atol", ATOL) + case.params.get("rtol", RTOL) * np.abs(ref)
                 spread_rel = max(spread_rel, float(np.max(diff / allowed, initial=0.0)))
                 if spread_rel * SAFETY_MARGIN > 1:
                     problem = (
@@ -508,4 +519,6 @@ def load_reference(directory: Path) -> Reference:
         if parts.is_file()
         else {"": {"cells": list(cells), "written": list(written)}}
     )
-    return Reference(directory, cells, cases, values, written, notebooks)
+    stamp = directory / STAMP_FILE
+    digest = stamp.read_text() if stamp.is_file() else ""
+    return Reference(directory, cells, cases, values, written, notebooks, digest)

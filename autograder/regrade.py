@@ -24,20 +24,12 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from autograder.batch import grade
 from autograder.course import Course
+from autograder.handin import submission_digest
 from autograder.isolation import Isolation
-from autograder.pipeline import (
-    STAGES,
-    Grading,
-    Job,
-    assignment_inputs,
-    grade,
-    kept_outcome,
-    merge_parts,
-    submission_digest,
-)
+from autograder.pipeline import Batch, Grading, Job, kept_outcome, make_batch, merge_parts, run_stages, stages
 from autograder.record import Recorder, load_results, save_result, write_json_atomic
-from autograder.reference import Reference
 from autograder.result import Result
 from autograder.sandbox import Limits
 
@@ -108,25 +100,22 @@ def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str])
     return ""
 
 
-def decide_again(course: Course, old: Result, reference: Reference, limits: Limits, inputs: dict) -> Result:
+def decide_again(batch: Batch, old: Result) -> Result:
     """The verify and status stages on the kept capture of ``old``: no student code runs."""
-    aid, sid = old.assignment, old.student_id
+    course, aid, sid, reference = batch.course, batch.aid, old.student_id, batch.reference
     started = time.monotonic()
     result = Result(sid, aid, reference.max_score, isolation=old.isolation, reference=reference.digest)
-    result.notes, result.submission_sha256, result.inputs = old.notes, old.submission_sha256, inputs
+    result.notes, result.submission_sha256, result.inputs = old.notes, old.submission_sha256, batch.inputs
     result.seconds_in_sandbox, result.peak_memory_mb = old.seconds_in_sandbox, old.peak_memory_mb
-    job = Job(course, aid, sid, limits, (), Isolation("basic"))
-    stages = dict(STAGES)
     parts = []
     for nb in reference.notebooks:
         part = Result(sid, aid, reference.part(nb).max_score, reference=reference.digest)
-        g = Grading(job, reference.part(nb), course, course.submission(aid, sid, nb), part, nb=nb)
+        g = Grading(Job(sid), reference.part(nb), course.submission(aid, sid, nb), part, nb=nb)
         if not g.path.exists() and not g.path.is_symlink():
-            stages["repair"](g)  # not handed in: 0, as before
+            run_stages(batch, g, stages("repair"))  # not handed in: 0, as before
         else:
             g.outcome = kept_outcome(course.kept_run(aid, sid, nb), old.submission_sha256)
-            stages["verify"](g)
-            stages["status"](g)
+            run_stages(batch, g, stages(*REDECIDE))
         parts.append((nb, part))
     merge_parts(result, parts, [])
     result.notes = old.notes
@@ -167,7 +156,8 @@ def regrade(
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
     reference, _ = prove(course, aid, limits, isolation, workers, strict)
     report.reference_seconds = time.monotonic() - started
-    inputs = assignment_inputs(course, aid)
+    batch = make_batch(course, aid, reference, limits, isolation)
+    inputs = batch.inputs
     present = course.handed_in(aid)
     again: dict[str, str] = {}
     with Recorder(course.db_url) as recorder:
@@ -179,7 +169,7 @@ def regrade(
             if why:
                 again[sid] = why
                 continue
-            new = decide_again(course, old, reference, limits, inputs)
+            new = decide_again(batch, old)
             keep_history(course, old)
             recorder.record(aid, new)
             save_result(course, new)

@@ -1,4 +1,4 @@
-"""Stage 2, repair: read a submitted notebook defensively and rebuild the notebook that will run.
+"""Read a submitted notebook defensively and rebuild the notebook that will run.
 
 Nothing here executes student code. The result keeps the student's own code cells in the student's
 order, and takes everything else from the source: the graded test cells (with their hidden tests) and
@@ -7,13 +7,15 @@ student's answers that precedes it in the source. Answers are found by their nbg
 where Colab, copy-paste or another editor lost the metadata, by their content (the function signatures
 and docstrings that the release shows). A written answer (a markdown answer cell, graded by hand) stays
 markdown, never runs, and follows its read-only prompt, as formgrader shows it. Every repair is
-reported; a notebook that cannot be read at all gets a clear reason instead of a silent zero.
+reported; a notebook that cannot be read at all gets a clear reason instead of a silent zero. The steps that decide
+which cell is which are declared, in order, in :data:`REPAIR_STEPS`; :func:`build_notebook` then assembles.
 """
 
 from __future__ import annotations
 
 import copy
 import errno
+import functools
 import json
 import os
 import stat
@@ -77,12 +79,13 @@ def read_bytes_bounded(path: Path, limit: int) -> tuple[bytes | None, str | None
     return data, None
 
 
-def read_notebook(path: Path) -> tuple[dict | None, str | None, list[str]]:
-    """Parse a submission as JSON into a version-4 notebook dict: ``(notebook, fatal_reason, notes)``.
-    Whatever the file holds (any nesting, any types), the answer is a notebook or a reason, never an
-    exception: a malformed notebook is the student's ``unreadable``, not a failure of the grader."""
+def parse_notebook(read: tuple[bytes | None, str | None]) -> tuple[dict | None, str | None, list[str]]:
+    """Parse a submission's bytes (``(data, None)``, or ``(None, why they could not be read)``) as JSON into
+    a version-4 notebook dict: ``(notebook, fatal_reason, notes)``. Whatever the file holds (any nesting, any
+    types), the answer is a notebook or a reason, never an exception: a malformed notebook is the student's
+    ``unreadable``, not a failure of the grader."""
     notes: list[str] = []
-    raw, fatal = read_bytes_bounded(path, MAX_NOTEBOOK_BYTES)
+    raw, fatal = read
     if fatal:
         return None, fatal, notes
     if not raw.strip():
@@ -182,162 +185,233 @@ def _prompt_of(source: nbformat.NotebookNode, index: int):
     return before if before.cell_type == "markdown" and not is_solution(before) else None
 
 
-def repair(course: Course, aid: str, submission: Path, nb: str | None = None) -> Repaired:
-    """The notebook ``nb`` of ``aid`` (its only one by default) to run for the hand-in at ``submission``."""
-    data, fatal, notes = read_notebook(submission)
-    if fatal:
-        return Repaired(None, fatal, notes)
-    source = course.read_source(aid, nb)
-    release = nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
-    release_by_id = {
-        nbgrader_meta(c).get("grade_id"): c for c in release.cells if nbgrader_meta(c).get("grade_id")
-    }
-    student = _student_cells(data, notes)
+@dataclass(frozen=True)
+class Template:
+    """What a hand-in of one notebook is rebuilt from: its source and release, parsed once per batch, and the
+    cells' ids read from them."""
 
-    source_ids = [nbgrader_meta(c).get("grade_id") for c in source.cells]
-    solution_ids = [gid for c, gid in zip(source.cells, source_ids) if is_solution(c)]
-    fixed_ids = {gid for c, gid in zip(source.cells, source_ids) if gid and not is_solution(c)}
+    source: nbformat.NotebookNode
+    release: nbformat.NotebookNode
 
-    # 1. Answers by grade_id (intact metadata). Several cells with one id: the last one counts, as it
-    #    would when the notebook runs top to bottom; the others stay as ordinary code.
-    matched: dict[str, int] = {}
-    for index, cell in enumerate(student):
+    @classmethod
+    def read(cls, course: Course, aid: str, nb: str | None = None) -> Template:
+        return cls(
+            course.read_source(aid, nb), nbformat.read(str(course.release_notebook(aid, nb)), as_version=4)
+        )
+
+    @functools.cached_property
+    def source_ids(self) -> list:
+        return [nbgrader_meta(c).get("grade_id") for c in self.source.cells]
+
+    @functools.cached_property
+    def solution_ids(self) -> list[str]:
+        return [gid for c, gid in zip(self.source.cells, self.source_ids) if is_solution(c)]
+
+    @functools.cached_property
+    def fixed_ids(self) -> set[str]:
+        return {gid for c, gid in zip(self.source.cells, self.source_ids) if gid and not is_solution(c)}
+
+    @functools.cached_property
+    def release_by_id(self) -> dict:
+        return {
+            nbgrader_meta(c).get("grade_id"): c
+            for c in self.release.cells
+            if nbgrader_meta(c).get("grade_id")
+        }
+
+    def signature(self, gid: str) -> set[str]:
+        """The lines the release gave the cell ``gid`` (none for a cell the release lacks)."""
+        return _signature_lines(_text(self.release_by_id[gid].source)) if gid in self.release_by_id else set()
+
+    def original(self, gid: str):
+        return self.source.cells[self.source_ids.index(gid)]
+
+
+@dataclass
+class Matching:
+    """The student's cells on their way through :data:`REPAIR_STEPS`: which answer each is, which are dropped."""
+
+    template: Template
+    student: list[dict]
+    notes: list[str]
+    matched: dict[str, int] = field(default_factory=dict)  # solution grade_id -> index of the student's cell
+    dropped: set[int] = field(default_factory=set)  # copies of fixed cells: the source's versions are used
+
+    def free(self, index: int) -> bool:
+        return index not in self.matched.values() and index not in self.dropped
+
+
+def match_by_id(m: Matching) -> None:
+    """Answers by grade_id (intact metadata). Several cells with one id: the last one counts, as it would when
+    the notebook runs top to bottom; the others stay as ordinary code."""
+    for index, cell in enumerate(m.student):
         gid = cell["nbgrader"].get("grade_id")
-        if gid in solution_ids:
-            if gid in matched:
-                notes.append(f"the answer cell {gid} appears more than once; the last copy is graded")
-            matched[gid] = index
+        if gid in m.template.solution_ids:
+            if gid in m.matched:
+                m.notes.append(f"the answer cell {gid} appears more than once; the last copy is graded")
+            m.matched[gid] = index
 
-    # 2. Cells that are copies of test or read-only cells are dropped (the source's versions are used).
-    dropped = set()
-    for index, cell in enumerate(student):
-        gid = cell["nbgrader"].get("grade_id")
-        if gid in fixed_ids and index not in matched.values():
-            dropped.add(index)
-    fixed_signatures = {
-        gid: _signature_lines(_text(release_by_id[gid].source)) for gid in fixed_ids if gid in release_by_id
-    }
 
-    # 3. Answers whose metadata was lost: match by the lines the release gave them; a written answer
-    #    (markdown) by the read-only prompt just before it, which the student's copy shows unchanged.
-    for gid in solution_ids:
-        if gid in matched:
+def drop_fixed_copies(m: Matching) -> None:
+    """Cells that carry a test or read-only cell's id are dropped (the source's versions are used)."""
+    for index, cell in enumerate(m.student):
+        if cell["nbgrader"].get("grade_id") in m.template.fixed_ids and m.free(index):
+            m.dropped.add(index)
+
+
+def _by_prompt(m: Matching, gid: str) -> int | None:
+    """A written answer (markdown) whose metadata was lost: the cell after the read-only prompt that precedes
+    it in the source, which the student's copy shows unchanged."""
+    prompt = _prompt_of(m.template.source, m.template.source_ids.index(gid))
+    if prompt is None:
+        return None
+    found = next(
+        (i + 1 for i, cell in enumerate(m.student[:-1])
+         if cell["type"] == "markdown" and cell["source"].strip() == _text(prompt.source).strip()),
+        None,
+    )  # fmt: skip
+    if (
+        found is not None
+        and m.free(found)
+        and m.student[found]["type"] == "markdown"
+        and m.student[found]["nbgrader"].get("grade_id") not in m.template.solution_ids
+    ):
+        return found
+    return None
+
+
+def _by_signature(m: Matching, gid: str) -> int | None:
+    """The free cell that keeps most of the lines the release gave the answer ``gid``, if enough of them."""
+    signature = m.template.signature(gid)
+    best, best_score = None, 0.0
+    for index, cell in enumerate(m.student):
+        if not m.free(index) or cell["nbgrader"].get("grade_id") in m.template.solution_ids:
             continue
-        prompt = _prompt_of(source, source_ids.index(gid))
-        if prompt is not None:
-            found = next(
-                (
-                    index + 1
-                    for index, cell in enumerate(student[:-1])
-                    if cell["type"] == "markdown" and cell["source"].strip() == _text(prompt.source).strip()
-                ),
-                None,
+        score = _similarity(signature, cell["source"])
+        if score > best_score:
+            best, best_score = index, score
+    return best if best is not None and best_score >= MATCH_THRESHOLD else None
+
+
+def match_by_content(m: Matching) -> None:
+    """Answers whose metadata was lost: a written answer by its prompt, any answer by the lines the release
+    gave it; an answer found neither way is missing, and said so."""
+    for gid in m.template.solution_ids:
+        if gid in m.matched:
+            continue
+        found = _by_prompt(m, gid)
+        found = found if found is not None else _by_signature(m, gid)
+        if found is not None:
+            m.matched[gid] = found
+            m.notes.append(
+                f"the answer cell {gid} had lost its nbgrader metadata and was found by its content"
             )
-            taken = set(matched.values()) | dropped
-            if (
-                found is not None
-                and found not in taken
-                and student[found]["type"] == "markdown"
-                and student[found]["nbgrader"].get("grade_id") not in solution_ids
-            ):
-                matched[gid] = found
-                notes.append(
-                    f"the answer cell {gid} had lost its nbgrader metadata and was found by its content"
-                )
-                continue
-        signature = _signature_lines(_text(release_by_id[gid].source)) if gid in release_by_id else set()
-        best, best_score = None, 0.0
-        for index, cell in enumerate(student):
-            if (
-                index in matched.values()
-                or index in dropped
-                or cell["nbgrader"].get("grade_id") in solution_ids
-            ):
-                continue
-            score = _similarity(signature, cell["source"])
-            if score > best_score:
-                best, best_score = index, score
-        if best is not None and best_score >= MATCH_THRESHOLD:
-            matched[gid] = best
-            notes.append(f"the answer cell {gid} had lost its nbgrader metadata and was found by its content")
         else:
-            notes.append(
+            m.notes.append(
                 f"the answer cell {gid} is missing (deleted, or changed beyond recognition): graded as not done"
             )
-    for index, cell in enumerate(student):
-        if index in dropped or index in matched.values() or cell["type"] != "code":
+
+
+def drop_unlabelled_copies(m: Matching) -> None:
+    """A code cell that is (nine tenths of) a copy of a read-only or test cell is dropped: the original runs."""
+    fixed = {
+        gid: m.template.signature(gid) for gid in m.template.fixed_ids if gid in m.template.release_by_id
+    }
+    for index, cell in enumerate(m.student):
+        if not m.free(index) or cell["type"] != "code":
             continue
-        for gid, signature in fixed_signatures.items():
+        for gid, signature in fixed.items():
             if signature and _similarity(signature, cell["source"]) >= 0.9:
-                dropped.add(index)
+                m.dropped.add(index)
                 if not cell["nbgrader"]:
-                    notes.append(
+                    m.notes.append(
                         f"a copy of the read-only cell {gid} without metadata was replaced by the original"
                     )
                 break
 
-    # 4. Tampered metadata is reported; points and tests always come from the source.
-    for index, cell in enumerate(student):
+
+def report_tampered(m: Matching) -> None:
+    """Tampered metadata of a dropped fixed cell is reported; points and tests always come from the source."""
+    for index, cell in enumerate(m.student):
         nbg = cell["nbgrader"]
         gid = nbg.get("grade_id")
-        if gid in fixed_ids and index in dropped and nbg:
-            original = nbgrader_meta(source.cells[source_ids.index(gid)])
-            changed = sorted(
-                k
-                for k in ("grade", "solution", "locked", "points", "schema_version")
-                if nbg.get(k) != original.get(k)
-            )
+        if gid in m.template.fixed_ids and index in m.dropped and nbg:
+            original = nbgrader_meta(m.template.original(gid))
+            keys = ("grade", "solution", "locked", "points", "schema_version")
+            changed = sorted(k for k in keys if nbg.get(k) != original.get(k))
             if changed:
-                notes.append(
+                m.notes.append(
                     f"nbgrader metadata of {gid} was changed ({', '.join(changed)}); the source's was used"
                 )
 
-    # 5. Build the notebook to run: the student's cells in their order, the source's fixed cells inserted.
-    answer_at = {index: gid for gid, index in matched.items()}
+
+# The steps that decide which of the student's cells is which, in order; then :func:`build_notebook`.
+REPAIR_STEPS = (
+    ("answers by grade_id", match_by_id),
+    ("copies of fixed cells dropped", drop_fixed_copies),
+    ("answers by content", match_by_content),
+    ("unlabelled copies dropped", drop_unlabelled_copies),
+    ("tampered metadata reported", report_tampered),
+)
+
+
+def _answer_cell(m: Matching, gid: str, cell: dict) -> list:
+    """The cells that stand for the student's answer ``gid``: the answer with the source's metadata (a
+    written answer stays markdown, after its prompt, and never runs)."""
+    original = m.template.original(gid)
+    if original.cell_type == "markdown":
+        prompt = _prompt_of(m.template.source, m.template.source_ids.index(gid))
+        before = [copy.deepcopy(prompt)] if prompt is not None else []
+        return [*before, new_markdown_cell(cell["source"], metadata=copy.deepcopy(original.metadata))]
+    if cell["type"] != "code":
+        m.notes.append(f"the answer cell {gid} had been turned into {cell['type']}; it was run as code")
+    return [new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))]
+
+
+def build_notebook(m: Matching) -> tuple[nbformat.NotebookNode, dict[str, bool]]:
+    """The notebook to run: the student's cells in their order, the source's fixed cells inserted, each after
+    the last of the student's answers that precedes it in the source; and which answers changed the stub."""
     insert_after: dict[int, list] = {}
     last_anchor = -1
-    for cell, gid in zip(source.cells, source_ids):
+    for cell, gid in zip(m.template.source.cells, m.template.source_ids):
         if is_solution(cell):
-            if gid in matched:
-                last_anchor = max(last_anchor, matched[gid])
-            continue
-        if cell.cell_type != "code":
-            continue
-        insert_after.setdefault(last_anchor, []).append(copy.deepcopy(cell))
-
+            last_anchor = max(last_anchor, m.matched.get(gid, -1))
+        elif cell.cell_type == "code":
+            insert_after.setdefault(last_anchor, []).append(copy.deepcopy(cell))
+    answer_at = {index: gid for gid, index in m.matched.items()}
     cells = list(insert_after.get(-1, []))
-    answered: dict[str, bool] = {}
-    for index, cell in enumerate(student):
-        if index not in dropped and (cell["type"] == "code" or index in answer_at):
-            if index in answer_at:
-                gid = answer_at[index]
-                original = source.cells[source_ids.index(gid)]
-                if original.cell_type == "markdown":  # a written answer: shown, never run
-                    prompt = _prompt_of(source, source_ids.index(gid))
-                    if prompt is not None:
-                        cells.append(copy.deepcopy(prompt))
-                    new = new_markdown_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
-                else:
-                    new = new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))
-                if cell["type"] != "code" and original.cell_type == "code":
-                    notes.append(
-                        f"the answer cell {gid} had been turned into {cell['type']}; it was run as code"
-                    )
-                answered[gid] = (
-                    cell["source"].strip() != _text(release_by_id.get(gid, {}).get("source", "")).strip()
-                )
-            else:
-                new = new_code_cell(cell["source"])
-            cells.append(new)
+    answered = {gid: False for gid in m.template.solution_ids}
+    for index, cell in enumerate(m.student):
+        if index in answer_at:
+            gid = answer_at[index]
+            cells += _answer_cell(m, gid, cell)
+            stub = _text(m.template.release_by_id.get(gid, {}).get("source", ""))
+            answered[gid] = cell["source"].strip() != stub.strip()
+        elif index not in m.dropped and cell["type"] == "code":
+            cells.append(new_code_cell(cell["source"]))
         cells.extend(insert_after.get(index, []))
-    for gid in solution_ids:
-        answered.setdefault(gid, False)
-
-    nb = new_notebook(cells=cells, metadata=copy.deepcopy(source.metadata))
+    nb = new_notebook(cells=cells, metadata=copy.deepcopy(m.template.source.metadata))
     taken = {c.get("id") for c in cells}
     for index, cell in enumerate(cells):  # a source of nbformat 4.4 or older has no cell ids; 4.5 needs them
         if not cell.get("id"):
             cell["id"] = next(
                 f"cell-{index}-{n}" for n in range(len(cells) + 1) if f"cell-{index}-{n}" not in taken
             )
+    return nb, answered
+
+
+def rebuild(template: Template, raw: tuple[bytes | None, str | None]) -> Repaired:
+    """The notebook to run for a hand-in whose bytes are ``raw`` (as :func:`read_bytes_bounded` read them)."""
+    data, fatal, notes = parse_notebook(raw)
+    if fatal:
+        return Repaired(None, fatal, notes)
+    m = Matching(template, _student_cells(data, notes), notes)
+    for _name, step in REPAIR_STEPS:
+        step(m)
+    nb, answered = build_notebook(m)
     return Repaired(nb, None, notes, answered)
+
+
+def repair(course: Course, aid: str, submission: Path, nb: str | None = None) -> Repaired:
+    """The notebook ``nb`` of ``aid`` (its only one by default) to run for the hand-in at ``submission``."""
+    return rebuild(Template.read(course, aid, nb), read_bytes_bounded(submission, MAX_NOTEBOOK_BYTES))

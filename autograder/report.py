@@ -161,53 +161,13 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
     e = html.escape
     rows = [r for r in everything if not r.is_error]
     errors = [r for r in everything if r.is_error]
-    known = case_names(course, aid)
-    failures = failed_cases(rows, known)
-    tests = []
-    for gid, (passed, n) in pass_rates(rows).items():
-        worst = failures.get(gid, [])
-        if worst:
-            name, count, message = worst[0]
-            kind = "" if name not in known else (" (public)" if known[name] else " (hidden)")
-            case = f"<b>{e(name or 'the test cell')}</b>{kind}: {count} of {n - passed} failures<br><span class=fail>{e(message)}</span>"
-        else:
-            case = ""
-        if gid in kernel_decided(rows):
-            case = "<i>decided in the kernel (no checks; nbgrader's rule)</i><br>" + case
-        tests.append(
-            f"<tr><td>{e(gid)}</td><td class=num>{passed} / {n}</td><td class=num>{passed / n:.0%}</td><td>{case}</td></tr>"
-        )
-    students = []
-    for r in sorted(everything, key=lambda r: r.student_id):
-        feedback = course.feedback_page(aid, r.student_id, (course.notebooks(aid) or [aid])[0])
-        if feedback.is_file():
-            link = f'<a href="{relative(feedback, out_dir)}">feedback</a>'
-        else:
-            link = "not written yet"
-        sandbox = "" if r.seconds_in_sandbox is None else f"{r.seconds_in_sandbox:.1f}"
-        memory = "" if r.peak_memory_mb is None else f"{r.peak_memory_mb:.0f}"
-        students.append(
-            f"<tr><td>{e(r.student_id)}</td><td class=num>{e(r.score_text())}</td><td>{e(r.status_words)}</td>"
-            f"<td>{e(r.reason)}</td><td>{e(r.manual_grading())}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td class=num>{memory}</td><td>{link}</td></tr>"
-        )
+    tests = _test_rows(course, aid, rows)
+    students = _student_rows(course, aid, everything, out_dir)
     isolation = "".join(
         f"<li>{e(mode or 'not recorded')}: {n} submission(s)</li>"
         for mode, n in Counter(r.isolation for r in everything).most_common()
     )
-    flagged = "".join(
-        f"<li><b>{e(r.student_id)}</b>: {'; '.join(e(f) for f in r.flags) or e(r.reason)}</li>"
-        for r in rows
-        if r.status == "flagged"
-    )
-    similar = "".join(
-        f"<li><b>{e(p['student_a'])}</b> &amp; <b>{e(p['student_b'])}</b>: answers alike (similarity {e(p['similarity'])})</li>"
-        if p.get("kind", "students") == "students"
-        else f"<li><b>{e(p['student_a'])}</b>: {e(p.get('reason') or p['student_b'])}</li>"
-        for p in flagged_pairs(course, aid)
-    )
-    if similar:
-        href = relative(course.root / "reports" / aid / "similarity.html", out_dir)
-        similar += f'<li><a href="{href}">the similarity report</a></li>'
+    flagged, similar = _flagged_items(course, aid, rows, out_dir)
     grader_errors = "".join(f"<li><b>{e(r.student_id)}</b>: {e(r.reason)}</li>" for r in errors)
     scores = [r.score for r in rows]
     mean = f"{sum(scores) / len(scores):.1f} / {rows[0].max_score:g}" if rows else "none"
@@ -231,3 +191,64 @@ def render(course: Course, aid: str, everything: list[Result], png: bytes, out_d
 saying so.</p>
 <table><tr><th>student</th><th>score</th><th>status</th><th>reason</th><th>written answers</th><th>seconds</th><th>in sandbox</th><th>peak MB</th><th></th></tr>{"".join(students)}</table>
 </body></html>"""
+
+
+def _test_rows(course: Course, aid: str, rows: list[Result]) -> list[str]:
+    """One table row per test cell: its pass rate and the case that failed most, with its message."""
+    e = html.escape
+    known = case_names(course, aid)
+    failures = failed_cases(rows, known)
+    tests = []
+    for gid, (passed, n) in pass_rates(rows).items():
+        worst = failures.get(gid, [])
+        if worst:
+            name, count, message = worst[0]
+            kind = "" if name not in known else (" (public)" if known[name] else " (hidden)")
+            case = f"<b>{e(name or 'the test cell')}</b>{kind}: {count} of {n - passed} failures<br><span class=fail>{e(message)}</span>"
+        else:
+            case = ""
+        if gid in kernel_decided(rows):
+            case = "<i>decided in the kernel (no checks; nbgrader's rule)</i><br>" + case
+        tests.append(
+            f"<tr><td>{e(gid)}</td><td class=num>{passed} / {n}</td><td class=num>{passed / n:.0%}</td><td>{case}</td></tr>"
+        )
+    return tests
+
+
+def _student_rows(course: Course, aid: str, everything: list[Result], out_dir: Path) -> list[str]:
+    """One table row per student: score, status, reason, written answers, times, memory, feedback link."""
+    e = html.escape
+    students = []
+    for r in sorted(everything, key=lambda r: r.student_id):
+        feedback = course.feedback_page(aid, r.student_id, (course.notebooks(aid) or [aid])[0])
+        if feedback.is_file():
+            link = f'<a href="{relative(feedback, out_dir)}">feedback</a>'
+        else:
+            link = "not written yet"
+        sandbox = "" if r.seconds_in_sandbox is None else f"{r.seconds_in_sandbox:.1f}"
+        memory = "" if r.peak_memory_mb is None else f"{r.peak_memory_mb:.0f}"
+        students.append(
+            f"<tr><td>{e(r.student_id)}</td><td class=num>{e(r.score_text())}</td><td>{e(r.status_words)}</td>"
+            f"<td>{e(r.reason)}</td><td>{e(r.manual_grading())}</td><td class=num>{r.seconds:.1f}</td><td class=num>{sandbox}</td><td class=num>{memory}</td><td>{link}</td></tr>"
+        )
+    return students
+
+
+def _flagged_items(course: Course, aid: str, rows: list[Result], out_dir: Path) -> tuple[str, str]:
+    """The list items of flagged submissions and of alike pairs (with the similarity report's link)."""
+    e = html.escape
+    flagged = "".join(
+        f"<li><b>{e(r.student_id)}</b>: {'; '.join(e(f) for f in r.flags) or e(r.reason)}</li>"
+        for r in rows
+        if r.status == "flagged"
+    )
+    similar = "".join(
+        f"<li><b>{e(p['student_a'])}</b> &amp; <b>{e(p['student_b'])}</b>: answers alike (similarity {e(p['similarity'])})</li>"
+        if p.get("kind", "students") == "students"
+        else f"<li><b>{e(p['student_a'])}</b>: {e(p.get('reason') or p['student_b'])}</li>"
+        for p in flagged_pairs(course, aid)
+    )
+    if similar:
+        href = relative(course.root / "reports" / aid / "similarity.html", out_dir)
+        similar += f'<li><a href="{href}">the similarity report</a></li>'
+    return flagged, similar

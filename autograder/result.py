@@ -8,18 +8,51 @@ the same object, so nothing downstream builds or re-parses dictionaries of its o
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from typing import NamedTuple
 
-# Every status a result can have: the symbol of the progress line, and the words of the feedback page.
+
+class Status(NamedTuple):
+    """A status a result can have: the symbol of the progress line, the words of the feedback page, and for a
+    run that a limit or a failure stopped, what stopped it and what an instructor can do (templates filled
+    with the :class:`~autograder.sandbox.Limits` in force)."""
+
+    mark: str
+    words: str
+    stopped: str = ""
+    fix: str = ""
+
+
+# The one table of statuses, worst first: a submission of several notebooks takes the first of its
+# notebooks' statuses found here (an unreadable notebook beside others that ran takes theirs).
 STATUS = {
-    "graded": ("\u2713", "graded"),
-    "flagged": ("!", "graded, flagged for review"),
-    "timeout": ("\u231b", "stopped at the time limit; graded on what ran"),
-    "memory": ("M", "stopped at the memory limit; graded on what ran"),
-    "processes": ("P", "stopped for starting too many processes; graded on what ran"),
-    "crashed": ("\u2717", "the kernel died; graded on what ran"),
-    "unreadable": ("\u2717", "could not be read"),
-    "error": ("E", "grader error: not graded (the grader's failure, not the student's; no score recorded)"),
-}
+    "error": Status(
+        "E", "grader error: not graded (the grader's failure, not the student's; no score recorded)",
+        "could not start a kernel (the grader's failure: no student code ran)", "run `python -m autograder doctor`",
+    ),
+    "crashed": Status(
+        "\u2717", "the kernel died; graded on what ran",
+        "ran until the kernel died (or its kernel could not start)", "see the detail below",
+    ),
+    "memory": Status(
+        "M", "stopped at the memory limit; graded on what ran",
+        "used more than {memory_mb} MB", "raise --memory (now {memory_mb} MB)",
+    ),
+    "processes": Status(
+        "P", "stopped for starting too many processes; graded on what ran",
+        "started more than {processes} processes (a fork bomb?)",
+        "the solutions start more processes than the sandbox allows: start fewer",
+    ),
+    "timeout": Status(
+        "\u231b", "stopped at the time limit; graded on what ran",
+        "ran past the {timeout:.0f} s limit", "raise --timeout (now {timeout:g} s) or --cell-timeout (now {cell_timeout:g} s)",
+    ),
+    "unreadable": Status("\u2717", "could not be read"),
+    "flagged": Status("!", "graded, flagged for review"),
+    "graded": Status("\u2713", "graded"),
+}  # fmt: skip
+STOPPED = tuple(
+    name for name, status in STATUS.items() if status.stopped
+)  # how a run can end, short of finishing
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Stage 3, run: student code runs in a child process, never in the grader's.
+"""Student code runs in a child process, never in the grader's.
 
 Each submission gets a fresh child (``autograder.child``) with its own scratch directory, a wall-clock
 limit for the whole notebook, a per-cell limit, a memory limit and a process limit, inside the isolation
@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -35,6 +35,7 @@ from autograder import launchers
 from autograder.child import READY
 from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
 from autograder.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
+from autograder.result import STATUS, STOPPED
 from autograder.visibility import Visibility
 from autograder.watchdog import Watchdog
 
@@ -46,6 +47,13 @@ PRIVATE = (
 )  # the submission's folders in its scratch; the rest is the grader's
 BASE_UID = 61000  # when the grader is root, each live child gets its own uid from BASE_UID up
 UID_LOCKS = Path(tempfile.gettempdir()) / "dlcourse-uid-locks"
+
+
+def set_uid_base(base: int) -> None:
+    """Number this process's sandbox users from ``base``: for a grader that shares the machine with another
+    whose lock folder it cannot see (another temporary folder), so neither kills the other's kernels."""
+    global BASE_UID
+    BASE_UID = base
 
 
 def allocate_uid() -> tuple[int, int]:
@@ -81,23 +89,13 @@ class Limits:
     def stopped(self, status: str) -> str:
         """What stopped a run that ended with ``status`` (a key of :data:`Outcome.STATUSES`), in words, with the
         limit it hit: the one wording of the feedback, the reference's refusal and the canary's."""
-        return {
-            "timeout": f"ran past the {self.timeout:.0f} s limit",
-            "memory": f"used more than {self.memory_mb} MB",
-            "processes": f"started more than {self.processes} processes (a fork bomb?)",
-            "crashed": "ran until the kernel died (or its kernel could not start)",
-            "error": "could not start a kernel (the grader's failure: no student code ran)",
-        }.get(status, status)
+        found = STATUS.get(status)
+        return found.stopped.format(**asdict(self)) if found and found.stopped else status
 
     def fix(self, status: str) -> str:
         """What an instructor can do when the source's own solutions end with ``status``."""
-        return {
-            "timeout": f"raise --timeout (now {self.timeout:g} s) or --cell-timeout (now {self.cell_timeout:g} s)",
-            "memory": f"raise --memory (now {self.memory_mb} MB)",
-            "processes": "the solutions start more processes than the sandbox allows: start fewer",
-            "crashed": "see the detail below",
-            "error": "run `python -m autograder doctor`",
-        }.get(status, "see the detail below")
+        found = STATUS.get(status)
+        return found.fix.format(**asdict(self)) if found and found.fix else "see the detail below"
 
 
 @dataclass
@@ -106,7 +104,7 @@ class Outcome:
     (``folder/capture``: the captured cases, as the report carried them; nothing the submission wrote on
     disk is ever read)."""
 
-    STATUSES = ("finished", "timeout", "memory", "processes", "crashed", "error")
+    STATUSES = ("finished", *STOPPED)
 
     status: str  # one of STATUSES; "error" is the grader's failure (no student code ran)
     seconds: float
@@ -236,21 +234,7 @@ class Sandbox:
         what comes back of it is only the report on the child's pipe (:mod:`autograder.protocol`).
         """
         assert self.process is not None
-        given = self.scratch / "input"
-        given.mkdir(mode=0o755)
-        if files is not None:  # a folder the grader made (autograder.pipeline.assignment_files)
-            for item in files.iterdir():
-                if item.is_symlink():
-                    continue
-                if item.is_dir():
-                    shutil.copytree(item, given / item.name, symlinks=True)
-                elif item.is_file() and item.suffix != ".ipynb":
-                    shutil.copy(item, given / item.name)
-        path = given / "submission.ipynb"
-        nbformat.write(notebook, str(path))
-        for item in given.rglob("*"):
-            if not item.is_symlink():
-                item.chmod(0o755 if item.is_dir() else 0o644)
+        path = stage_input(self.scratch / "input", notebook, files)
         start = time.monotonic()
         if not self.wait_ready(timeout=self.limits.timeout):
             self.kill()
@@ -274,6 +258,11 @@ class Sandbox:
         if getattr(self.process, "lost", False):
             why = "the warm parent that forked this run died (the grader's failure)"
             return Outcome("error", seconds, self.results, detail=self._tail(why))
+        return self._outcome(status, seconds, watchdog)
+
+    def _outcome(self, status: str, seconds: float, watchdog: Watchdog) -> Outcome:
+        """What came back of a run that ended (``status`` as the watchdog saw it): the child's report on its
+        pipe, or none (then the student's run crashed, never a grader error)."""
         reader = getattr(self, "_reader", None)
         if reader is not None:  # every process holding the pipe is dead: its end comes at once
             reader.join(timeout=10)
@@ -301,23 +290,8 @@ class Sandbox:
 
     def kill(self) -> None:
         """Kill the child and everything it started (its session, its PID namespace, its user id)."""
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.forked and self.process.poll() is None:  # not yet a session of its own when just forked;
-            try:  # what it started dies with it (parent-death signals down the chain)
-                os.kill(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.uid is not None:
-            kill_all_of_uid(self.uid)
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        if self.process is not None:
+            kill_child(self.process, self.forked, self.uid)
 
     def cleanup(self) -> None:
         self.kill()
@@ -337,6 +311,45 @@ class Sandbox:
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None
+
+
+def stage_input(given: Path, notebook: nbformat.NotebookNode, files: Path | None) -> Path:
+    """The run's input folder (the grader's; readable, not writable, by the submission): copies of the files
+    in ``files`` (a folder the grader made: :func:`autograder.handin.assignment_files`) and the notebook."""
+    given.mkdir(mode=0o755)
+    if files is not None:
+        for item in files.iterdir():
+            if item.is_symlink():
+                continue
+            if item.is_dir():
+                shutil.copytree(item, given / item.name, symlinks=True)
+            elif item.is_file() and item.suffix != ".ipynb":
+                shutil.copy(item, given / item.name)
+    path = given / "submission.ipynb"
+    nbformat.write(notebook, str(path))
+    for item in given.rglob("*"):
+        if not item.is_symlink():
+            item.chmod(0o755 if item.is_dir() else 0o644)
+    return path
+
+
+def kill_child(process: subprocess.Popen, forked: bool, uid: int | None) -> None:
+    """Kill a child and everything it started (its session, its PID namespace, its user id)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if forked and process.poll() is None:  # not yet a session of its own when just forked;
+        try:  # what it started dies with it (parent-death signals down the chain)
+            os.kill(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if uid is not None:
+        kill_all_of_uid(uid)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _uid_has_processes(uid: int) -> bool:

@@ -23,7 +23,7 @@ the published solution of each answer cell, and optionally an archive of earlier
 the solution's own code (starter code excluded) appears in what the student wrote, and flagged by name
 ("matches the published solution of A1.knn, 0.93").
 
-Every input is bounded: a notebook is read as :func:`autograder.repair.read_notebook` reads it (no links,
+Every input is bounded: a notebook is read as :func:`autograder.repair.parse_notebook` reads it (no links,
 at most its byte cap), a student's code is compared up to :data:`MAX_COMPARED_CHARS` per cell, and the page
 shows at most :data:`SHOWN_CHARS` of a cell and the :data:`MAX_DETAILED` most alike pairs in full. A
 notebook that cannot be read is left out with a note; it never stops the report for the others.
@@ -382,6 +382,18 @@ def find_similar(
     for pair in pairs:
         pair.flagged = bool(pair.reaches(threshold))
 
+    references = _against_published(course, aid, nb, boilerplate, compared, prints, wholes)
+    if archive is not None:
+        references += _against_archive(Path(archive), threshold, read, compared, prints, wholes, notes)
+    for pair in references:
+        pair.flagged = bool(pair.reaches())
+    references.sort(key=lambda p: (-p.flagged, -p.score, p.first, p.second))
+    return Similarity(aid, threshold, pairs, compared, notes, references)
+
+
+def _against_published(course, aid, nb, boilerplate, compared, prints, wholes) -> list[Pair]:
+    """Each compared submission against each published solution (a whole program against the code of a
+    Python answer, the answer's cell otherwise)."""
     references = []
     for gid, (text, language) in published_solutions(course, aid, nb).items():
         solution = fingerprint("published", gid, text, boilerplate, language)
@@ -389,22 +401,22 @@ def find_similar(
             mine = wholes.get(sid) if language == "python" else prints[sid].get(gid)
             if mine is not None:
                 references.append(compare_published(sid, aid, gid, solution, mine))
-    if archive is not None:
-        archived, archive_notes = archived_notebooks(Path(archive))
-        for note in archive_notes:
-            notes[f"archive {archive}"] = note
-        for name, path in archived:
-            label = f"archive: {name}"
-            if not read(label, path):
-                continue
-            for sid in compared:
-                references.append(
-                    replace_kind(compare_pair(sid, label, prints, wholes), "archive", threshold)
-                )
-    for pair in references:
-        pair.flagged = bool(pair.reaches())
-    references.sort(key=lambda p: (-p.flagged, -p.score, p.first, p.second))
-    return Similarity(aid, threshold, pairs, compared, notes, references)
+    return references
+
+
+def _against_archive(archive: Path, threshold: float, read, compared, prints, wholes, notes) -> list[Pair]:
+    """Each compared submission against each readable notebook of an earlier term's ``archive``."""
+    references = []
+    archived, archive_notes = archived_notebooks(archive)
+    for note in archive_notes:
+        notes[f"archive {archive}"] = note
+    for name, path in archived:
+        label = f"archive: {name}"
+        if not read(label, path):
+            continue
+        for sid in compared:
+            references.append(replace_kind(compare_pair(sid, label, prints, wholes), "archive", threshold))
+    return references
 
 
 def replace_kind(pair: Pair, kind: str, threshold: float) -> Pair:

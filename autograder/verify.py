@@ -1,4 +1,4 @@
-"""Stage 4, verify: decide every point outside the student's kernel, from plain data.
+"""Decide every point outside the student's kernel, from plain data.
 
 A graded test cell earns its points when every case that the reference recorded in it was also
 recorded by the student's run and agrees with the reference (kind and tolerance from the reference).
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from autograder.reference import Reference
 from autograder.result import CellResult, GroupResult, WrittenResult
+from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import Case, compare, load_cases, load_expected
 
 
@@ -105,8 +106,8 @@ def hidden_message(case: Case, expected, got) -> str:
         return f"{case.name}: a result of shape {got.shape} where the reference solution's has another shape"
     if case.kind == "close" and got.dtype.kind in "biufc" and expected.dtype.kind in "biufc" and got.size:
         try:
-            wrong = int(np.sum(~np.isclose(got, expected, rtol=case.params.get("rtol", 1e-5),
-                                           atol=case.params.get("atol", 1e-8))))  # fmt: skip
+            wrong = int(np.sum(~np.isclose(got, expected, rtol=case.params.get("rtol", RTOL),
+                                           atol=case.params.get("atol", ATOL))))  # fmt: skip
             return f"{case.name}: {wrong} of {got.size} entries differ from the reference solution's on hidden inputs"
         except (TypeError, ValueError):
             pass

@@ -94,7 +94,8 @@ def grade_with_progress(course: Course, aid: str, args, students: list[str] | No
     """``grade``: every submission of ``aid`` not graded yet, with a progress bar and a line per result."""
     from tqdm import tqdm
 
-    from autograder.pipeline import grade, submissions
+    from autograder.batch import grade
+    from autograder.handin import submissions
 
     total = len(submissions(course, aid, students))
     isolation = isolation_from(args)

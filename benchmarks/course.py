@@ -13,8 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autograder.course import ROOT
-from autograder.notebooks import execute_notebook
+from autograder.api import ROOT, execute_notebook
 from benchmarks.machine import load_average
 from dlcourse.grading import CAPTURE_ENV
 

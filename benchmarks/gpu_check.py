@@ -75,7 +75,7 @@ def run_gpu_tests() -> tuple[bool, str]:
 
 
 def run_lecture(path: Path) -> tuple[bool, str]:
-    from autograder.notebooks import execute_notebook
+    from autograder.api import execute_notebook
 
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as workdir:
         run = execute_notebook(path, timeout=LECTURE_TIMEOUT_S, workdir=workdir, allow_errors=True)

@@ -30,15 +30,21 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import sandbox
-from autograder.canary import prove
-from autograder.course import ROOT, Course, is_graded_test, nbgrader_meta
-from autograder.isolation import resolve
-from autograder.notebooks import execute_notebook
-from autograder.pipeline import grade
-from autograder.release import release, run_nbgrader
-from autograder.repair import repair
-from autograder.sandbox import Limits
+from autograder.api import (
+    ROOT,
+    Course,
+    Limits,
+    execute_notebook,
+    grade,
+    is_graded_test,
+    nbgrader_meta,
+    prove,
+    release,
+    repair,
+    resolve,
+    run_nbgrader,
+    set_uid_base,
+)
 from benchmarks.machine import load_average
 from benchmarks.submissions import HONEST, Submission, make_submissions, write_submissions
 from dlcourse.grading import REFERENCE_ENV
@@ -74,7 +80,7 @@ def private_uid_range() -> None:
     once (another person's test run on a shared machine) hand out the same uid, and one's clean-up
     (``kill_all_of_uid``) kills the other's kernels: a submission then ends "crashed" with no output.
     """
-    sandbox.BASE_UID = 200_000 + (os.getpid() % 5_000) * 64
+    set_uid_base(200_000 + (os.getpid() % 5_000) * 64)
 
 
 def log(message: str) -> None:
@@ -246,11 +252,11 @@ class MemorySampler:
     def sample(self) -> None:
         import psutil
 
-        from autograder import forkserver
+        from autograder.api import warm_parents
 
-        for key, server in list(forkserver._SERVERS.items()):
+        for key, pid in warm_parents().items():
             try:
-                parent = psutil.Process(server.process.pid)
+                parent = psutil.Process(pid)
                 procs = [parent, *parent.children(recursive=True)]
             except psutil.Error:
                 continue
@@ -493,7 +499,7 @@ def measure_regrade(course: Course, aid: str, workers: int, graded: dict) -> dic
     """Loosen a hidden case's tolerance in the source, then ``regrade``: every submission is decided again
     from its kept run. Against grading them anew after the same edit (the reference rebuilt, then the
     main run's grading time)."""
-    from autograder.regrade import regrade
+    from autograder.api import regrade
 
     path = course.source_notebook(aid)
     text, case = loosen_a_hidden_tolerance(path.read_text(encoding="utf-8"))

@@ -15,7 +15,7 @@ def load_average() -> list[float]:
 
 
 def describe_machine() -> dict:
-    from autograder.isolation import resolve
+    from autograder.api import resolve
     from dlcourse.measure import cpu_info
 
     cpu = cpu_info()

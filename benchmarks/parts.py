@@ -19,8 +19,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from autograder.course import ROOT
-from autograder.notebooks import execute_notebook
+from autograder.api import ROOT, execute_notebook
 from benchmarks.machine import describe_machine, load_average
 from dlcourse.grading import CAPTURE_ENV
 

@@ -312,7 +312,7 @@ def claims_section(name: str, run: dict) -> list[str]:
 def latest_mutants(results: Path) -> dict[str, tuple[str, dict]]:
     """Assignment -> (file, its entry) from the latest mutation run that measured it without an error, with
     the equivalence judgements of ``benchmarks.mutants`` (made by reading the survivors) applied."""
-    from benchmarks.mutants import rescore
+    from benchmarks.judged import rescore
 
     out: dict[str, tuple[str, dict]] = {}
     for path in sorted(results.glob(MUTANTS_PREFIX + "*.json")):
@@ -342,7 +342,7 @@ def mutants_section(results: Path) -> list[str]:
            "must get full marks). Killed: less than full marks. Target: at least 90% killed per assignment, "
            "leaving out survivors shown equivalent (by a rule or a written argument, never by assumption) and those "
            "in an open-ended answer that still meet its specification (`JUDGED_EQUIVALENT` in "
-           "`benchmarks/mutants.py` says why for each).", ""]  # fmt: skip
+           "`benchmarks/judged.py` says why for each).", ""]  # fmt: skip
     rows = []
     for aid, (name, a) in chosen.items():
         control = a["control"]

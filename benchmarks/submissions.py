@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import nbformat
 
-from autograder.course import Course
-from autograder.samples import filled, solution_ids
+from autograder.api import Course, filled, solution_ids
 
 PATTERN = (
     "perfect",

@@ -6,6 +6,9 @@ import numpy as np
 
 from dlcourse._lazy import loaded
 
+# The default tolerance of every comparison (numpy's allclose, with a tighter atol): the one place it is written.
+RTOL, ATOL = 1e-5, 1e-8
+
 
 def framework_of(value) -> str:
     """'torch', 'tensorflow', 'numpy' or 'python' for a value (never imports a framework)."""
@@ -46,7 +49,7 @@ def to_numpy(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def close_report(actual, expected, rtol: float = 1e-5, atol: float = 1e-8, name: str = "value") -> str | None:
+def close_report(actual, expected, rtol: float = RTOL, atol: float = ATOL, name: str = "value") -> str | None:
     """None when ``actual`` and ``expected`` agree, else a message that says how they differ."""
     try:
         a = to_numpy(actual)
@@ -78,7 +81,7 @@ def close_report(actual, expected, rtol: float = 1e-5, atol: float = 1e-8, name:
     )
 
 
-def assert_close(actual, expected, rtol: float = 1e-5, atol: float = 1e-8, name: str = "value") -> None:
+def assert_close(actual, expected, rtol: float = RTOL, atol: float = ATOL, name: str = "value") -> None:
     """Assert that two values agree within tolerance, whatever framework each comes from.
 
     The message names the shapes, dtypes and devices and the worst entry, so a failure says what to fix.

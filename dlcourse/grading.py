@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlcourse.closeness import close_report, to_numpy
+from dlcourse.closeness import ATOL, RTOL, close_report, to_numpy
 from dlcourse.modeldata import decode, encode, model_as_data, parameter_count, predictions
 
 CAPTURE_ENV = "DLCOURSE_CAPTURE"
@@ -249,7 +249,7 @@ def compare(case: Case, reference, got) -> str | None:
     p = case.params
     if case.kind == "close":
         return close_report(
-            got, reference, rtol=p.get("rtol", 1e-5), atol=p.get("atol", 1e-8), name=case.name
+            got, reference, rtol=p.get("rtol", RTOL), atol=p.get("atol", ATOL), name=case.name
         )
     if case.kind == "equal":
         a, e = np.asarray(got), np.asarray(reference)
@@ -319,7 +319,7 @@ def _short(a: np.ndarray) -> str:
 # ----------------------------------------------------------------------------- the calls in test cells
 
 
-def check(name: str, got, expected=None, *, rtol: float = 1e-5, atol: float = 1e-8) -> None:
+def check(name: str, got, expected=None, *, rtol: float = RTOL, atol: float = ATOL) -> None:
     """Case ``name``: ``got`` must be close to ``expected`` (public) or to the reference (hidden)."""
     _case(name, "close", {"rtol": rtol, "atol": atol}, got, expected)
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dlcourse.closeness import close_report
+from dlcourse.closeness import ATOL, RTOL, close_report
 
 PASS, FAIL, TODO = "passed", "failed", "not done yet"
 _SYMBOL = {PASS: "\u2713", FAIL: "\u2717", TODO: "\u2026"}
@@ -89,7 +89,7 @@ class Checker:
         return result
 
     def close(
-        self, description: str, got, expected, rtol: float = 1e-5, atol: float = 1e-8, hint: str = ""
+        self, description: str, got, expected, rtol: float = RTOL, atol: float = ATOL, hint: str = ""
     ) -> bool:
         problem = close_report(got, expected, rtol=rtol, atol=atol, name="result")
         if problem and hint:

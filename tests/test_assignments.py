@@ -12,9 +12,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.batch import grade
 from autograder.conventions import problems
 from autograder.course import Course, is_graded_test, nbgrader_meta
-from autograder.pipeline import grade
 from autograder.reference import build_reference
 from autograder.release import LEAK_MARKERS, release, run_nbgrader
 from autograder.samples import samples

@@ -12,10 +12,10 @@ import unicodedata
 import nbformat
 import pytest
 
+from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.feedback import write_feedback
 from autograder.isolation import IsolationError, resolve
-from autograder.pipeline import grade
 from autograder.reference import load_reference
 from autograder.release import release
 from autograder.samples import filled

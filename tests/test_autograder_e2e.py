@@ -14,11 +14,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.export import write_results_csv
 from autograder.feedback import write_feedback
 from autograder.isolation import IsolationError, resolve
-from autograder.pipeline import grade
 from autograder.release import release
 from autograder.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_metadata
 from autograder.sandbox import Limits

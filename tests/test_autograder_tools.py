@@ -11,11 +11,11 @@ import nbformat
 import pytest
 
 from autograder import cli
+from autograder.batch import grade
 from autograder.collect import collect
 from autograder.course import Course
 from autograder.export import export_canvas, export_nbgrader
 from autograder.gradescope import build_package, results_json
-from autograder.pipeline import grade
 from autograder.report import write_report
 from autograder.samples import filled
 from autograder.sandbox import Limits
@@ -145,7 +145,7 @@ import json, sys
 from pathlib import Path
 from distributed import Client, LocalCluster
 from autograder.course import Course
-from autograder.pipeline import grade
+from autograder.batch import grade
 from autograder.sandbox import Limits
 
 

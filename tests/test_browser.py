@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from autograder.batch import grade
 from autograder.collect import collect
 from autograder.course import Course, nbgrader_meta
-from autograder.pipeline import grade
 from autograder.release import release
 from autograder.samples import filled
 from tests.jupyter_server import CHROMIUM_ARGS, JupyterLab, copy_course, find_chromium

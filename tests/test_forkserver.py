@@ -12,9 +12,9 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from autograder import forkserver
+from autograder.batch import grade
 from autograder.course import Course
 from autograder.isolation import resolve
-from autograder.pipeline import grade
 from autograder.release import release
 from autograder.samples import filled
 from autograder.sandbox import Limits, Sandbox

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,7 +111,7 @@ def test_one_status_table_covers_every_status():
 
     produced = {"graded", "flagged", "unreadable", "error"} | set(Outcome.STATUSES) - {"finished"}
     assert set(STATUS) == produced
-    assert all(len(symbol) == 1 and text for symbol, text in STATUS.values())
+    assert all(len(status.mark) == 1 and status.words for status in STATUS.values())
 
 
 # how the run ended, per-cell timeout?, failed cells, flags -> status, words the reason must hold
@@ -130,13 +131,12 @@ STATUS_RULES = [
 def test_status_and_reason_follow_from_the_run_and_the_verdict(
     tmp_path, ended, cell_timeout, failed, flags, status, words
 ):
-    from autograder.isolation import Isolation
     from autograder.pipeline import Grading, Job, status_stage
     from autograder.result import CellResult, Result
     from autograder.sandbox import Limits, Outcome
 
     limits = Limits(timeout=60, memory_mb=512, processes=48)
-    job = Job(Course(tmp_path), "T1", "s", limits, (), Isolation("basic"))
+    batch = SimpleNamespace(limits=limits)  # the status stage reads only the limits of the batch
     cells = [CellResult("square", 0 if failed else 40, 40, not failed, "square: wrong" if failed else "")]
     cells.append(
         CellResult("scale", 0 if failed > 1 else 60, 60, failed < 2, "scale: wrong" if failed > 1 else "")
@@ -144,10 +144,10 @@ def test_status_and_reason_follow_from_the_run_and_the_verdict(
     summary = {"cells": [{"grade_id": "square", "status": "timeout" if cell_timeout else "ok"}]}
     result = Result("s", "T1", 100, score=sum(c.points for c in cells), cells=cells, flags=flags)
     g = Grading(
-        job, None, None, tmp_path, result, outcome=Outcome(ended, 1.0, tmp_path, summary, "last lines")
+        Job("s"), None, tmp_path, result, outcome=Outcome(ended, 1.0, tmp_path, summary, "last lines")
     )
     points = [(c.grade_id, c.points) for c in result.cells]
-    assert status_stage(g) is True
+    assert status_stage(batch, g) is True
     assert (result.status, result.flags) == (status, flags)
     assert words in result.reason
     assert [(c.grade_id, c.points) for c in result.cells] == points  # the status stage decides no points

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from autograder import canary, cli, isolation, workflows
+from autograder.batch import grade
 from autograder.canary import CanaryFailed
 from autograder.course import Course, nbgrader_meta
 from autograder.export import write_results_csv
 from autograder.isolation import IsolationError, resolve
-from autograder.pipeline import grade
 from autograder.reference import ReferenceError, build_reference, calibrate
 from autograder.release import release, run_nbgrader
 from autograder.samples import filled

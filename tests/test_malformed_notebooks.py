@@ -15,10 +15,10 @@ import pytest
 
 from autograder.course import Course
 from autograder.gradescope import run_on_gradescope
-from autograder.pipeline import Grading, repair_stage
+from autograder.pipeline import Grading, Job, repair_stage
 from autograder.record import sha256_file
 from autograder.release import release
-from autograder.repair import MAX_NOTEBOOK_BYTES, repair
+from autograder.repair import MAX_NOTEBOOK_BYTES, Template, repair
 from autograder.result import Result
 from tests.fixtures.toy_course import make_course, submit
 
@@ -99,13 +99,15 @@ def test_wrong_types_in_a_notebook_are_ignored_and_it_is_still_graded(course, si
 
 def test_the_pipeline_records_an_unreadable_notebook_as_the_students_not_as_a_grader_error(course):
     submit(course, "nested_for_pipeline", "[" * 100_000 + "]" * 100_000)
-    job = SimpleNamespace(aid="T1", sid="nested_for_pipeline", path="")
+    batch = SimpleNamespace(course=course, aid="T1", templates={"": Template.read(course, "T1")})
     reference = SimpleNamespace(
         cells={"test_square": {"points": 40}, "test_scale": {"points": 60}}, written={}
     )
     result = Result("nested_for_pipeline", "T1", 100.0)
-    grading = Grading(job, reference, course, course.submission("T1", "nested_for_pipeline"), result)
-    assert repair_stage(grading) is False
+    grading = Grading(
+        Job("nested_for_pipeline"), reference, course.submission("T1", "nested_for_pipeline"), result
+    )
+    assert repair_stage(batch, grading) is False
     assert (result.status, result.score) == ("unreadable", 0.0)
     assert "nested too deeply" in result.reason and not result.is_error
 

@@ -19,9 +19,9 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
+from autograder.batch import grade
 from autograder.course import Course
 from autograder.isolation import resolve
-from autograder.pipeline import grade
 from autograder.samples import strip_nbgrader_metadata
 from autograder.sandbox import Limits
 
@@ -393,7 +393,7 @@ def test_what_real_courses_contain(tmp_path):
 def test_what_a_hand_in_holds_besides_its_notebooks_is_read_as_untrusted(tmp_path):
     """The student's other files go to the run (as nbgrader gives them), read by the grader without following a
     link, without blocking on a FIFO, bounded in size, count and depth; the source's own files win."""
-    from autograder.pipeline import MAX_DEPTH, assignment_files, submission_digest
+    from autograder.handin import MAX_DEPTH, assignment_files, submission_digest
 
     root = tmp_path / "course"
     (root / "source" / "ps1").mkdir(parents=True)

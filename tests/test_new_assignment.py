@@ -54,7 +54,7 @@ def test_check_help_lists_the_conventions():
 
 @pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 def test_the_starter_meets_the_conventions_and_grades(tmp_path):
-    from autograder.pipeline import grade
+    from autograder.batch import grade
     from autograder.sandbox import Limits
 
     course = fresh_course(tmp_path)
@@ -78,7 +78,7 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
     """An author's slip the issue found: ``check(name, value, expected=...)`` inside the hidden tests. The kernel
     records it as public; the grader keeps it hidden: its own share, never grouped with "the public checks"
     the student saw, and its failure told without the value."""
-    from autograder.pipeline import grade
+    from autograder.batch import grade
     from autograder.reference import build_reference
     from autograder.sandbox import Limits
 

@@ -215,8 +215,8 @@ def chromium_path():
 def graded(tmp_path_factory, tracker):
     """A course in which eve's written answer and outputs are the raw payloads in ``autograded/`` (what a
     grader that does not sanitise leaves), and mallory's went through the grader."""
+    from autograder.batch import grade
     from autograder.feedback import write_feedback
-    from autograder.pipeline import grade
 
     root = make_course(tmp_path_factory.mktemp("pages") / "course", notebook=source_with_written_question())
     shutil.copy(Path(__file__).parents[1] / "jupyter_server_config.py", root)

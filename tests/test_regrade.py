@@ -8,9 +8,9 @@ import json
 import nbformat
 import pytest
 
+from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.isolation import resolve
-from autograder.pipeline import grade
 from autograder.reference import source_inputs
 from autograder.regrade import regrade
 from autograder.release import release

@@ -16,10 +16,10 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell
 
+from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.feedback import write_feedback
 from autograder.isolation import IsolationError, resolve
-from autograder.pipeline import grade
 from autograder.release import release
 from autograder.samples import filled
 from autograder.sandbox import Limits
@@ -189,7 +189,7 @@ import sys
 from pathlib import Path
 from autograder.course import Course
 from autograder.isolation import resolve
-from autograder.pipeline import grade
+from autograder.batch import grade
 from autograder.sandbox import Limits
 grade(Course(root=Path(sys.argv[1])), "T1", workers=2, limits=Limits(timeout=600, cell_timeout=600),
       isolation=resolve(sys.argv[2], sys.argv[3]))

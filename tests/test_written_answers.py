@@ -82,7 +82,7 @@ def test_the_model_answer_is_what_a_perfect_sample_writes():
 def graded(tmp_path_factory):
     """The toy course with a written question, released, and three hand-ins graded: ada answers everything
     (the model answer), bob hands in the untouched release, col's notebook lost its metadata in Colab."""
-    from autograder.pipeline import grade
+    from autograder.batch import grade
     from autograder.release import release
     from tests.fixtures.toy_course import make_course, submit
 
@@ -180,10 +180,10 @@ def read_csv(path) -> dict[str, dict]:
 def test_a_manual_score_survives_a_regrade_and_shows_in_the_export(graded, tmp_path):
     from nbgrader.api import Gradebook
 
+    from autograder.batch import grade
     from autograder.export import awaiting_manual_grading, export_canvas, write_results_csv
     from autograder.feedback import write_feedback
     from autograder.isolation import resolve
-    from autograder.pipeline import grade
     from autograder.regrade import regrade
 
     course, _ = graded

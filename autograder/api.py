@@ -1,0 +1,21 @@
+"""What code outside the grader (the benchmarks, a course's own scripts) may use: ``from autograder.api import
+grade``. Everything else in the package may change without notice."""
+
+from autograder.batch import grade
+from autograder.canary import prove
+from autograder.course import ROOT, Course, is_graded_test, is_solution, nbgrader_meta
+from autograder.forkserver import warm_parents
+from autograder.isolation import resolve
+from autograder.notebooks import execute_notebook
+from autograder.regrade import regrade
+from autograder.release import release, run_nbgrader
+from autograder.repair import repair
+from autograder.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
+from autograder.sandbox import Limits, set_uid_base
+from autograder.workflows import throwaway_course
+
+__all__ = [
+    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "execute_notebook", "filled", "grade", "is_graded_test",
+    "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_nbgrader",
+    "set_uid_base", "solution_ids", "throwaway_course", "untouched", "warm_parents",
+]  # fmt: skip

@@ -1,0 +1,171 @@
+"""A hand-in's files: which students handed in, what of a hand-in besides its notebooks goes to the run
+(as nbgrader's autograde gives it, bounded and read without following links), what a result is tied to
+(the submission's digest), and which frameworks a run of the assignment imports before it starts."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import shutil
+from pathlib import Path
+
+from autograder.course import Course
+from autograder.record import sha256_regular
+
+
+def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
+    """Modules a child imports before the student's code arrives: the heavy ones the source uses.
+
+    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn. A
+    source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
+    pays on its first ``torch.compile``); none of these starts a thread when imported.
+    """
+    text = "".join(
+        course.source_notebook(aid, nb).read_text(encoding="utf-8") for nb in course.notebooks(aid)
+    )
+    compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
+    uses = {
+        "numpy": "numpy" in text,
+        "dlcourse": "dlcourse" in text,
+        "torch": "torch" in text or "dlcourse.banner()" in text,
+        "sklearn": "sklearn" in text or "dlcourse.data" in text,
+        "tensorflow": "tensorflow" in text,
+        "torch._dynamo": compiles,
+        "torch._inductor.compile_fx": compiles,
+        "torch.export": compiles,
+    }
+    return tuple(module for module, used in uses.items() if used and _findable(module))
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a submodule of a package that is not installed
+        return False
+
+
+def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:
+    """Student id -> hand-in folder."""
+    found = course.handed_in(aid)
+    if students:
+        missing = [s for s in students if s not in found]
+        if missing:
+            raise KeyError(f"no submission of {aid} from {', '.join(missing)}")
+        found = {s: found[s] for s in students}
+    return found
+
+
+# What of a hand-in besides its notebooks goes to the run (data, helpers the student changed), at most:
+MAX_FILES, MAX_FILES_BYTES, MAX_DEPTH = 1000, 64 * 2**20, 16
+NBGRADER_IGNORE = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]  # nbgrader's default
+
+
+def _ignored(course: Course) -> list[str]:
+    configured = course.config.CourseDirectory.get("ignore")
+    return [*(configured if isinstance(configured, list) else NBGRADER_IGNORE), "samples"]
+
+
+def _copy_regular(path: Path, target: Path, limit: int) -> int | None:
+    """Copy the regular file ``path`` (never through a link, never blocking on a FIFO) to ``target``; its
+    size, or None when it is not a regular file or is larger than ``limit``."""
+    import errno
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENXIO, errno.EACCES, errno.ENOENT, errno.EISDIR):
+            return None
+        raise
+    with os.fdopen(fd, "rb") as src:
+        info = os.fstat(src.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = src.read(limit + 1)
+        if len(data) > limit:
+            return None
+        target.write_bytes(data)
+        return len(data)
+
+
+def assignment_files(course: Course, aid: str, handed_in: Path | None, target: Path) -> list[str]:
+    """Fill the grader's folder ``target`` with the files a run of ``aid`` gets beside its notebook, as
+    nbgrader's autograde gives them: what the student handed in besides the assignment's notebooks (regular
+    files only, at most :data:`MAX_FILES` and :data:`MAX_FILES_BYTES`), then the source's own files (data,
+    images, helper modules; not notebooks, nor what ``CourseDirectory.ignore`` names) over them, except
+    those the course lets students change (``Autograde.exclude_overwriting``). Returns notes for the
+    student about what was left out."""
+    import fnmatch
+    import os
+
+    ignore = _ignored(course)
+    notebooks = {f"{nb}.ipynb" for nb in course.notebooks(aid)}
+    kept = course.config.Autograde.get("exclude_overwriting", {})
+    kept = set(kept.get(aid, [])) if isinstance(kept, dict) else set()
+    notes: list[str] = []
+
+    def skipped(rel: Path) -> bool:
+        return any(fnmatch.fnmatch(part, pattern) for part in rel.parts for pattern in ignore)
+
+    if handed_in is not None and handed_in.is_dir():
+        count = total = 0
+        for folder, dirs, files in os.walk(handed_in, followlinks=False):
+            depth = len(Path(folder).relative_to(handed_in).parts)
+            if depth >= MAX_DEPTH and dirs:
+                notes.append(f"folders nested deeper than {MAX_DEPTH} levels were not given to the run")
+            dirs[:] = (
+                sorted(d for d in dirs if not (Path(folder) / d).is_symlink()) if depth < MAX_DEPTH else []
+            )
+            for name in sorted(files):
+                path = Path(folder) / name
+                rel = path.relative_to(handed_in)
+                if (len(rel.parts) == 1 and name in notebooks) or name == "timestamp.txt" or skipped(rel):
+                    continue
+                if count >= MAX_FILES or total >= MAX_FILES_BYTES:
+                    notes.append(f"more than {MAX_FILES} files or {MAX_FILES_BYTES // 2**20} MB handed in besides "
+                                 "the notebooks: the rest was not given to the run")  # fmt: skip
+                    return notes
+                size = _copy_regular(path, target / rel, MAX_FILES_BYTES - total)
+                if size is None:
+                    notes.append(f"{rel}: not a regular file, or too large; not given to the run")
+                    continue
+                count, total = count + 1, total + size
+    source = course.source / aid
+    for folder, dirs, files in os.walk(source, followlinks=False):
+        dirs[:] = [d for d in dirs if not skipped((Path(folder) / d).relative_to(source))]
+        for name in files:
+            rel = (Path(folder) / name).relative_to(source)
+            if name.endswith(".ipynb") or skipped(rel) or (str(rel) in kept and (target / rel).exists()):
+                continue
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).unlink(missing_ok=True)
+            shutil.copyfile(Path(folder) / name, target / rel)
+    return notes
+
+
+def submission_digest(folder: Path, notebooks: list[str]) -> str:
+    """What a result is tied to: the sha256 of the notebook for a hand-in of one notebook and nothing else
+    (this course's), else of every notebook's and other file's name and sha256. Read without following links
+    or blocking; what cannot be read counts as its name alone."""
+    import os
+
+    entries = []
+    if folder.is_dir():
+        for root, dirs, files in os.walk(folder, followlinks=False):
+            dirs[:] = sorted(dirs) if len(Path(root).relative_to(folder).parts) < MAX_DEPTH else []
+            if len(entries) > MAX_FILES:
+                break
+            for name in sorted(files):
+                path = Path(root) / name
+                if name == "timestamp.txt" and path.parent == folder:
+                    continue
+                entries.append((str(path.relative_to(folder)), path))
+    if len(notebooks) == 1 and [rel for rel, _ in entries] == [f"{notebooks[0]}.ipynb"]:
+        return sha256_regular(entries[0][1])
+    digest = hashlib.sha256()
+    for rel, path in entries[:MAX_FILES]:
+        digest.update(rel.encode("utf-8", "surrogateescape") + b"\0")
+        digest.update(sha256_regular(path).encode())
+    return digest.hexdigest()

@@ -1,0 +1,264 @@
+"""The grader's house kept in shape by the suite, not by memory: the import graph of ``autograder/`` and of
+``benchmarks/`` has no circle (imports inside functions counted), no function in ``autograder/`` is over
+60 lines nor any class over 200, ``benchmarks/`` uses only what ``autograder`` exports, and each fact
+below is written in one place. Each rule is also tried on a small made-up package, so a broken rule
+cannot pass silently."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_FUNCTION, MAX_CLASS = 60, 200
+
+
+def modules(package: Path) -> dict[str, ast.Module]:
+    """Dotted module name -> its parsed source, for every file of ``package``."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return found
+
+
+def imports(name: str, tree: ast.Module, known: set[str], is_package: bool) -> set[str]:
+    """The modules of ``known`` that ``name`` imports anywhere in its file (in functions too)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name if is_package else name.rsplit(".", 1)[0]
+                for _ in range(node.level - 1):
+                    package = package.rsplit(".", 1)[0]
+                base = f"{package}.{base}" if base else package
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}  # `from pkg import module`
+    return {m for m in found if m in known and m != name}
+
+
+def circles(package: Path) -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan)."""
+    trees = modules(package)
+    packages = {n for n in trees if (package.parent / n.replace(".", "/") / "__init__.py").is_file()}
+    graph = {n: imports(n, t, set(trees), n in packages) for n, t in trees.items()}
+    # a package's __init__ that only loads names lazily (importlib) imports nothing at load
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def too_long(package: Path) -> list[str]:
+    """Every function over :data:`MAX_FUNCTION` lines and class over :data:`MAX_CLASS`, with its length."""
+    found = []
+    for name, tree in modules(package).items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                lines = node.end_lineno - node.lineno + 1
+                limit = MAX_CLASS if isinstance(node, ast.ClassDef) else MAX_FUNCTION
+                if lines > limit:
+                    found.append(f"{name}.{node.name}: {lines} lines (at most {limit})")
+    return found
+
+
+def write(folder: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    return folder
+
+
+# ----------------------------------------------------------------------------- the rules, tried first
+
+
+def test_the_rules_find_a_circle_through_a_function_level_import_and_a_long_function(tmp_path):
+    pkg = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg.b import f\n",
+        "pkg/b.py": "def f():\n    from pkg import a\n" + "    x = 1\n" * 60,
+        "pkg/c.py": "from . import a\n",
+    }) / "pkg"  # fmt: skip
+    assert circles(pkg) == [["pkg.a", "pkg.b"]]
+    assert too_long(pkg) == ["pkg.b.f: 62 lines (at most 60)"]
+    (pkg / "b.py").write_text("def f():\n    return 1\n")
+    assert circles(pkg) == [] and too_long(pkg) == []
+
+
+# ----------------------------------------------------------------------------- the house
+
+
+@pytest.mark.parametrize("package", ["autograder", "benchmarks"])
+def test_no_import_circles(package):
+    assert circles(ROOT / package) == []
+
+
+def test_no_function_over_60_lines_nor_class_over_200_in_the_grader():
+    assert too_long(ROOT / "autograder") == []
+
+
+def test_benchmarks_use_only_what_the_autograder_exports():
+    from autograder import api
+
+    used = []
+    for name, tree in modules(ROOT / "benchmarks").items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autograder"):
+                if node.module != "autograder.api":
+                    used.append(f"{name}: from {node.module} import ...")
+                used += [f"{name}: {a.name} is not exported" for a in node.names if a.name not in api.__all__]
+            elif isinstance(node, ast.Import):
+                used += [f"{name}: import {a.name}" for a in node.names if a.name.startswith("autograder")]
+    assert used == []
+    assert all(callable(getattr(api, name)) or name.isupper() for name in api.__all__)
+
+
+def test_the_package_itself_imports_nothing():
+    """A sandboxed child imports ``autograder.child``: the package's ``__init__`` must load nothing more."""
+    tree = ast.parse((ROOT / "autograder" / "__init__.py").read_text())
+    assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+# ----------------------------------------------------------------------------- each fact in one place
+
+STATUS_NAMES = None
+
+
+def status_names() -> set[str]:
+    from autograder.result import STATUS
+
+    return set(STATUS)
+
+
+def constants(package: Path):
+    """(module, node) for every constant in ``package``'s code."""
+    for name, tree in modules(package).items():
+        for node in ast.walk(tree):
+            yield name, node
+
+
+FACTS = {
+    # what -> (a test of an AST node that spells it, the one module allowed to)
+    "the grader's folder .grading": (
+        lambda n: isinstance(n, ast.Constant) and n.value == ".grading",
+        "autograder.course",
+    ),
+    "the SQLite gradebook's file name": (
+        lambda n: isinstance(n, ast.Constant) and n.value == "gradebook.db",
+        "autograder.course",
+    ),
+    "the SQLite URL scheme": (
+        lambda n: isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("sqlite:"),
+        "autograder.course",
+    ),
+    "a Linux clone or prctl number": (
+        lambda n: (
+            isinstance(n, ast.Assign)
+            and any(
+                isinstance(t, ast.Name) and t.id.startswith(("CLONE_", "PR_SET_", "MS_")) for t in n.targets
+            )
+        ),
+        "autograder.linux",
+    ),
+    "a table of statuses": (
+        lambda n: (
+            isinstance(n, (ast.Tuple, ast.List, ast.Set, ast.Dict))
+            and sum(
+                isinstance(e, ast.Constant) and e.value in status_names()
+                for e in (n.keys if isinstance(n, ast.Dict) else n.elts)
+            )
+            >= 3
+        ),
+        "autograder.result",
+    ),  # fmt: skip
+    "a default tolerance": (
+        lambda n: (
+            (isinstance(n, ast.arg) and n.arg in ("rtol", "atol"))
+            or (
+                isinstance(n, ast.Call)
+                and len(n.args) == 2
+                and isinstance(n.args[0], ast.Constant)
+                and n.args[0].value in ("rtol", "atol")
+                and isinstance(n.args[1], ast.Constant)
+            )
+        ),
+        "",  # a default is a name (dlcourse.closeness's RTOL, ATOL), never a number written again
+    ),
+}
+
+
+def spelled(package: Path, test) -> set[str]:
+    return {name for name, node in constants(package) if test(node)}
+
+
+@pytest.mark.parametrize("fact", list(FACTS))
+def test_each_fact_is_written_in_one_place(fact):
+    test, home = FACTS[fact]
+    where = spelled(ROOT / "autograder", test) | spelled(ROOT / "benchmarks", test)
+    if fact == "a default tolerance":  # an argument named rtol/atol whose default is a number
+        where = set()
+        for package in ("autograder", "benchmarks", "dlcourse"):
+            for name, node in constants(ROOT / package):
+                if isinstance(node, ast.FunctionDef):
+                    args = node.args.args + node.args.kwonlyargs
+                    defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults
+                    defaults += node.args.kw_defaults
+                    for arg, default in zip(args, defaults):
+                        if arg.arg in ("rtol", "atol") and isinstance(default, ast.Constant):
+                            where.add(f"{name}.{node.name}")
+                elif test(node) and isinstance(node, ast.Call):
+                    where.add(name)
+        assert where == set()
+        from dlcourse.closeness import ATOL, RTOL
+
+        assert (RTOL, ATOL) == (1e-5, 1e-8)
+        return
+    assert where == {home}
+
+
+def test_the_per_cell_limit_is_one_value_for_nbgrader_and_the_grader():
+    from autograder.course import Course
+    from autograder.sandbox import Limits
+
+    assert Course().config.Execute.timeout == int(Limits().cell_timeout)
+    text = (ROOT / "nbgrader_config.py").read_text()
+    assert "c.Execute.timeout = int(Limits().cell_timeout)" in text
+    assert "ExecutePreprocessor.timeout" not in text
+
+
+def test_the_fact_rules_find_a_second_spelling(tmp_path):
+    pkg = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": 'WORK = ".grading"\nCLONE_NEWNET = 0x40000000\nORDER = ("graded", "flagged", "error")\n',
+    }) / "pkg"  # fmt: skip
+    for fact in ("the grader's folder .grading", "a Linux clone or prctl number", "a table of statuses"):
+        assert spelled(pkg, FACTS[fact][0]) == {"pkg.a"}
