@@ -40,7 +40,7 @@ try:
     from nbgrader.converters.autograde import Autograde
 
     from autograder.late import LateWork
-    from autograder.sandbox import Limits
+    from autograder.runner.sandbox import Limits
 
     c.Execute.timeout = int(Limits().cell_timeout)  # one per-cell limit for nbgrader and the autograder
     from autograder.nbgrader_hooks import RequireReference, use_reference

@@ -4,14 +4,14 @@ grade``. Everything else in the package may change without notice."""
 from autograder.batch import grade
 from autograder.canary import prove
 from autograder.course import ROOT, Course, is_graded_test, is_solution, nbgrader_meta
-from autograder.forkserver import warm_parents
-from autograder.isolation import resolve
 from autograder.notebooks import execute_notebook
 from autograder.regrade import regrade
 from autograder.release import release, run_nbgrader
 from autograder.repair import repair
+from autograder.runner.forkserver import warm_parents
+from autograder.runner.isolation import resolve
+from autograder.runner.sandbox import Limits, set_uid_base
 from autograder.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
-from autograder.sandbox import Limits, set_uid_base
 from autograder.workflows import throwaway_course
 
 __all__ = [

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from autograder.canary import prove
 from autograder.course import Course
 from autograder.handin import submission_digest, submissions
-from autograder.isolation import Isolation, resolve
 from autograder.pipeline import Batch, Job, error_result, grade_one, make_batch, run_jobs
 from autograder.record import Recorder, load_result, save_result
 from autograder.result import Result
-from autograder.sandbox import Limits
+from autograder.runner.isolation import Isolation, resolve
+from autograder.runner.sandbox import Limits
 
 __all__ = ["grade"]
 

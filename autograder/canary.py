@@ -26,13 +26,13 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course
-from autograder.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
 from autograder.pipeline import Job, make_batch, run_jobs
 from autograder.record import write_json_atomic
 from autograder.reference import Reference, build_reference
 from autograder.result import STOPPED, Result
+from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
+from autograder.runner.sandbox import Limits, Sandbox
 from autograder.samples import filled, untouched
-from autograder.sandbox import Limits, Sandbox
 
 _PROBED: dict[tuple, dict] = {}
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from autograder import workflows
 from autograder.course import Course
-from autograder.sandbox import Limits
+from autograder.runner.sandbox import Limits
 
 
 def add_grading_options(p: argparse.ArgumentParser) -> None:
     import os
 
-    from autograder.isolation import MODES, RUNNERS
+    from autograder.runner.isolation import MODES, RUNNERS
 
     default = Limits()  # the one set of defaults, shared with the Gradescope path
     p.add_argument(

@@ -7,8 +7,8 @@ import os
 
 from autograder.canary import probe_isolation, prove
 from autograder.course import Course
-from autograder.isolation import INSTALL_BUBBLEWRAP, IsolationError, bubblewrap, resolve
 from autograder.reference import environment
+from autograder.runner.isolation import INSTALL_BUBBLEWRAP, IsolationError, bubblewrap, resolve
 from autograder.workflows import isolation_from, limits_from
 
 

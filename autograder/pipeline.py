@@ -29,12 +29,12 @@ import nbformat
 
 from autograder.course import Course
 from autograder.handin import assignment_files, frameworks_used, submission_digest
-from autograder.isolation import Isolation
 from autograder.record import write_json_atomic
 from autograder.reference import Reference, source_inputs
 from autograder.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, read_bytes_bounded, rebuild
 from autograder.result import STATUS, CellResult, Result
-from autograder.sandbox import Limits, Outcome, Sandbox
+from autograder.runner.isolation import Isolation
+from autograder.runner.sandbox import Limits, Outcome, Sandbox
 from autograder.verify import Verdict, verify, written_results
 
 __all__ = ["STAGES", "Batch", "Job", "grade_one", "make_batch", "run_jobs", "stages"]

@@ -121,8 +121,8 @@ def source_digest(course: Course, aid: str) -> str:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not {".ipynb_checkpoints", "samples"} & set(path.relative_to(folder).parts):
             digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
-    for name in ("course.py", "reference.py", "child.py", "protocol.py"):
-        digest.update(Path(__file__).with_name(name).read_bytes())
+    for name in ("course.py", "reference.py", "runner/child.py", "runner/protocol.py"):
+        digest.update((Path(__file__).parent / name).read_bytes())
     import dlcourse.grading
 
     digest.update(Path(dlcourse.grading.__file__).read_bytes())
@@ -268,7 +268,7 @@ def build_reference(course: Course, aid: str, force: bool = False, limits=None, 
 
 def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, files: Path):
     """One sandboxed run of a marked source notebook with ``threads`` BLAS threads: the child's Outcome."""
-    from autograder.sandbox import Sandbox
+    from autograder.runner.sandbox import Sandbox
 
     sandbox = Sandbox(
         replace(limits, threads=threads),
@@ -287,8 +287,8 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
     from how the cell ran in the kernel, and is marked so."""
     import tempfile
 
-    from autograder.isolation import resolve
-    from autograder.sandbox import Limits
+    from autograder.runner.isolation import resolve
+    from autograder.runner.sandbox import Limits
 
     limits = limits or Limits()
     isolation = isolation or resolve("auto")

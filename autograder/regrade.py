@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from autograder.batch import grade
 from autograder.course import Course
 from autograder.handin import submission_digest
-from autograder.isolation import Isolation
 from autograder.pipeline import Batch, Grading, Job, kept_outcome, make_batch, merge_parts, run_stages, stages
 from autograder.record import Recorder, load_results, save_result, write_json_atomic
 from autograder.result import Result
-from autograder.sandbox import Limits
+from autograder.runner.isolation import Isolation
+from autograder.runner.sandbox import Limits
 
 REDECIDE = ("verify", "status")  # the stages that decide points from a kept capture
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 class Status(NamedTuple):
     """A status a result can have: the symbol of the progress line, the words of the feedback page, and for a
     run that a limit or a failure stopped, what stopped it and what an instructor can do (templates filled
-    with the :class:`~autograder.sandbox.Limits` in force)."""
+    with the :class:`~autograder.runner.sandbox.Limits` in force)."""
 
     mark: str
     words: str

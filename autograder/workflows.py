@@ -19,9 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from autograder.course import Course
-from autograder.isolation import Isolation, resolve
 from autograder.result import Result
-from autograder.sandbox import Limits
+from autograder.runner.isolation import Isolation, resolve
+from autograder.runner.sandbox import Limits
 
 
 def cell_timeout(course: Course | None, asked: float | None) -> float:

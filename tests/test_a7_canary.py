@@ -15,9 +15,9 @@ import pytest
 
 from autograder.canary import prove
 from autograder.course import Course
-from autograder.isolation import IsolationError, resolve
 from autograder.release import release
-from autograder.sandbox import Limits
+from autograder.runner.isolation import IsolationError, resolve
+from autograder.runner.sandbox import Limits
 
 AID = "A7"
 MODES = [("bubblewrap", "spawn"), ("basic", "fork"), ("basic", "spawn")]

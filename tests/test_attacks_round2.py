@@ -15,11 +15,11 @@ import pytest
 from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.feedback import write_feedback
-from autograder.isolation import IsolationError, resolve
 from autograder.reference import load_reference
 from autograder.release import release
+from autograder.runner.isolation import IsolationError, resolve
+from autograder.runner.sandbox import Limits
 from autograder.samples import filled
-from autograder.sandbox import Limits
 from tests.fixtures import toy_course
 from tests.test_way_back import answered, with_cells
 

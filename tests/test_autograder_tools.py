@@ -17,8 +17,8 @@ from autograder.course import Course
 from autograder.export import export_canvas, export_nbgrader
 from autograder.gradescope import build_package, results_json
 from autograder.report import write_report
+from autograder.runner.sandbox import Limits
 from autograder.samples import filled
-from autograder.sandbox import Limits
 from tests.fixtures.toy_course import submit
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048)
@@ -146,12 +146,12 @@ from pathlib import Path
 from distributed import Client, LocalCluster
 from autograder.course import Course
 from autograder.batch import grade
-from autograder.sandbox import Limits
+from autograder.runner.sandbox import Limits
 
 
 def warm_parents():
     import os, psutil
-    from autograder import forkserver
+    from autograder.runner import forkserver
     return [(s.process.pid, psutil.Process(s.process.pid).ppid(), os.getpid()) for s in forkserver._SERVERS.values()]
 
 

@@ -11,13 +11,13 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell
 
-from autograder import forkserver
 from autograder.batch import grade
 from autograder.course import Course
-from autograder.isolation import resolve
 from autograder.release import release
+from autograder.runner import forkserver
+from autograder.runner.isolation import resolve
+from autograder.runner.sandbox import Limits, Sandbox
 from autograder.samples import filled
-from autograder.sandbox import Limits, Sandbox
 from tests.fixtures.toy_course import make_course, meta, source_notebook, submit
 
 LIMITS = Limits(timeout=120, cell_timeout=60, memory_mb=3072)
@@ -180,7 +180,7 @@ def test_a_warm_parent_that_dies_is_the_graders_failure_and_is_replaced():
     ],
 )
 def test_which_isolation_and_runner_each_machine_gets(monkeypatch, namespaces, bwrap, mode, expected):
-    from autograder import isolation
+    from autograder.runner import isolation
 
     monkeypatch.setattr(isolation, "_CACHE", {})
     monkeypatch.setattr(isolation, "namespaces_available", lambda: namespaces)

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from autograder.course import Course
-from autograder.protocol import MAX_HEADER_BYTES, ChildReport, ReportReader
 from autograder.release import release
 from autograder.repair import repair
 from autograder.result import STATUS
+from autograder.runner.protocol import MAX_HEADER_BYTES, ChildReport, ReportReader
 from tests.fixtures.toy_course import make_course
 from tests.test_autograder_e2e import hostile_batch
 
@@ -107,7 +107,7 @@ def test_a_report_over_the_limit_or_cut_off_or_nested_too_deeply_is_refused():
 
 
 def test_one_status_table_covers_every_status():
-    from autograder.sandbox import Outcome
+    from autograder.runner.sandbox import Outcome
 
     produced = {"graded", "flagged", "unreadable", "error"} | set(Outcome.STATUSES) - {"finished"}
     assert set(STATUS) == produced
@@ -133,7 +133,7 @@ def test_status_and_reason_follow_from_the_run_and_the_verdict(
 ):
     from autograder.pipeline import Grading, Job, status_stage
     from autograder.result import CellResult, Result
-    from autograder.sandbox import Limits, Outcome
+    from autograder.runner.sandbox import Limits, Outcome
 
     limits = Limits(timeout=60, memory_mb=512, processes=48)
     batch = SimpleNamespace(limits=limits)  # the status stage reads only the limits of the batch
@@ -256,9 +256,9 @@ def test_a_failing_hidden_case_costs_only_its_share(tmp_path):
 def test_no_run_is_handed_a_compile_cache_and_every_run_has_its_own_home(tmp_path):
     """torch.compile's cache from the reference run would hold code inductor generated from the solutions:
     no run gets one; each compiles into its own home, gone with it."""
-    from autograder.isolation import Isolation
-    from autograder.protocol import COMPILE_CACHE, ChildRequest
-    from autograder.sandbox import Limits, Sandbox
+    from autograder.runner.isolation import Isolation
+    from autograder.runner.protocol import COMPILE_CACHE, ChildRequest
+    from autograder.runner.sandbox import Limits, Sandbox
 
     assert "compile_seed" not in ChildRequest.__dataclass_fields__
     runs = [Sandbox(Limits(), isolation=Isolation("basic")) for _ in range(2)]

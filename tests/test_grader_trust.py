@@ -16,16 +16,17 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import canary, cli, isolation, workflows
+from autograder import canary, cli, workflows
 from autograder.batch import grade
 from autograder.canary import CanaryFailed
 from autograder.course import Course, nbgrader_meta
 from autograder.export import write_results_csv
-from autograder.isolation import IsolationError, resolve
 from autograder.reference import ReferenceError, build_reference, calibrate
 from autograder.release import release, run_nbgrader
+from autograder.runner import isolation
+from autograder.runner.isolation import IsolationError, resolve
+from autograder.runner.sandbox import Limits, Sandbox
 from autograder.samples import filled
-from autograder.sandbox import Limits, Sandbox
 from autograder.verify import verify
 from dlcourse import grading
 from dlcourse.grading import Case

@@ -21,9 +21,9 @@ from nbgrader.api import Gradebook
 
 from autograder.batch import grade
 from autograder.course import Course
-from autograder.isolation import resolve
+from autograder.runner.isolation import resolve
+from autograder.runner.sandbox import Limits
 from autograder.samples import strip_nbgrader_metadata
-from autograder.sandbox import Limits
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 

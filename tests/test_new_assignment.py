@@ -55,7 +55,7 @@ def test_check_help_lists_the_conventions():
 @pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 def test_the_starter_meets_the_conventions_and_grades(tmp_path):
     from autograder.batch import grade
-    from autograder.sandbox import Limits
+    from autograder.runner.sandbox import Limits
 
     course = fresh_course(tmp_path)
     assert "check N1 --update" in new(course, AID)
@@ -80,7 +80,7 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
     the student saw, and its failure told without the value."""
     from autograder.batch import grade
     from autograder.reference import build_reference
-    from autograder.sandbox import Limits
+    from autograder.runner.sandbox import Limits
 
     course = fresh_course(tmp_path)
     new(course, AID)

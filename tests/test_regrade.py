@@ -10,12 +10,12 @@ import pytest
 
 from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
-from autograder.isolation import resolve
 from autograder.reference import source_inputs
 from autograder.regrade import regrade
 from autograder.release import release
+from autograder.runner.isolation import resolve
+from autograder.runner.sandbox import Limits
 from autograder.samples import filled
-from autograder.sandbox import Limits
 from tests.fixtures.toy_course import TEST_SCALE, make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=60)
@@ -127,8 +127,8 @@ def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_it
     import os
 
     from autograder.pipeline import KEPT_LAYOUT, keep_run, kept_outcome
-    from autograder.protocol import read_capture
-    from autograder.sandbox import Outcome
+    from autograder.runner.protocol import read_capture
+    from autograder.runner.sandbox import Outcome
 
     capture = tmp_path / "scratch" / "capture"
     capture.mkdir(parents=True)

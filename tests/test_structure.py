@@ -143,7 +143,7 @@ def test_benchmarks_use_only_what_the_autograder_exports():
 
 
 def test_the_package_itself_imports_nothing():
-    """A sandboxed child imports ``autograder.child``: the package's ``__init__`` must load nothing more."""
+    """A sandboxed child imports ``autograder.runner.child``: the package's ``__init__`` must load nothing more."""
     tree = ast.parse((ROOT / "autograder" / "__init__.py").read_text())
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
@@ -187,7 +187,7 @@ FACTS = {
                 isinstance(t, ast.Name) and t.id.startswith(("CLONE_", "PR_SET_", "MS_")) for t in n.targets
             )
         ),
-        "autograder.linux",
+        "autograder.runner.linux",
     ),
     "a table of statuses": (
         lambda n: (
@@ -247,7 +247,7 @@ def test_each_fact_is_written_in_one_place(fact):
 
 def test_the_per_cell_limit_is_one_value_for_nbgrader_and_the_grader():
     from autograder.course import Course
-    from autograder.sandbox import Limits
+    from autograder.runner.sandbox import Limits
 
     assert Course().config.Execute.timeout == int(Limits().cell_timeout)
     text = (ROOT / "nbgrader_config.py").read_text()

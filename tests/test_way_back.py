@@ -19,10 +19,10 @@ from nbformat.v4 import new_code_cell
 from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.feedback import write_feedback
-from autograder.isolation import IsolationError, resolve
 from autograder.release import release
+from autograder.runner.isolation import IsolationError, resolve
+from autograder.runner.sandbox import Limits
 from autograder.samples import filled
-from autograder.sandbox import Limits
 from tests.fixtures.toy_course import ROOT, make_course, submit
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048, nproc=256)
@@ -188,9 +188,9 @@ KILLED_GRADER = """
 import sys
 from pathlib import Path
 from autograder.course import Course
-from autograder.isolation import resolve
+from autograder.runner.isolation import resolve
 from autograder.batch import grade
-from autograder.sandbox import Limits
+from autograder.runner.sandbox import Limits
 grade(Course(root=Path(sys.argv[1])), "T1", workers=2, limits=Limits(timeout=600, cell_timeout=600),
       isolation=resolve(sys.argv[2], sys.argv[3]))
 """

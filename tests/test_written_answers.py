@@ -16,8 +16,8 @@ from autograder.canary import canary_problems
 from autograder.conventions import problems, written_problems
 from autograder.course import Course, nbgrader_meta
 from autograder.result import Result, WrittenResult
+from autograder.runner.sandbox import Limits
 from autograder.samples import TEXT_STUB, filled, model_answer, strip_nbgrader_metadata, untouched
-from autograder.sandbox import Limits
 from tests.fixtures.toy_course import meta, source_notebook
 
 PROMPT = "**Written question (5 points).** Why can a float32 sum of the same numbers differ in another order?"
@@ -183,8 +183,8 @@ def test_a_manual_score_survives_a_regrade_and_shows_in_the_export(graded, tmp_p
     from autograder.batch import grade
     from autograder.export import awaiting_manual_grading, export_canvas, write_results_csv
     from autograder.feedback import write_feedback
-    from autograder.isolation import resolve
     from autograder.regrade import regrade
+    from autograder.runner.isolation import resolve
 
     course, _ = graded
     with Gradebook(course.db_url) as gb:  # what formgrader does when an instructor grades the answer

@@ -1,8 +1,8 @@
-"""How a child starts, one launcher per mechanism, all from the same :class:`~autograder.protocol.ChildRequest`:
+"""How a child starts, one launcher per mechanism, all from the same :class:`~autograder.runner.protocol.ChildRequest`:
 
-- ``spawn``: a fresh ``python -m autograder.child`` (it makes the namespaces itself, where the request says so);
+- ``spawn``: a fresh ``python -m autograder.runner.child`` (it makes the namespaces itself, where the request says so);
 - ``bubblewrap``: the same program inside bubblewrap, which builds the view from nothing;
-- ``fork``: a warm parent (:mod:`autograder.forkserver`) forks the child, which makes the namespaces.
+- ``fork``: a warm parent (:mod:`autograder.runner.forkserver`) forks the child, which makes the namespaces.
 
 Each returns a process whose standard output is the pipe the child reports on, and whose standard input
 takes the notebook's path; :func:`probe` starts one exactly so, up to where the kernel would start.
@@ -14,14 +14,14 @@ import signal
 import subprocess
 import sys
 
-from autograder.linux import PR_SET_PDEATHSIG
-from autograder.protocol import ChildRequest
-from autograder.visibility import Visibility, bubblewrap_args
+from autograder.runner.linux import PR_SET_PDEATHSIG
+from autograder.runner.protocol import ChildRequest
+from autograder.runner.visibility import Visibility, bubblewrap_args
 
 
 def command(request: ChildRequest, isolation, visibility: Visibility) -> list[str]:
     """The program a spawned child runs (bubblewrap around it where the batch uses bubblewrap)."""
-    child = [sys.executable, "-m", "autograder.child", "--request", request.to_json()]
+    child = [sys.executable, "-m", "autograder.runner.child", "--request", request.to_json()]
     if isolation.mode != "bubblewrap":
         return child
     private = {} if request.probe else dict(request.private)
@@ -42,7 +42,7 @@ def spawn(argv: list[str], request: ChildRequest) -> subprocess.Popen:
 
 
 def fork(request: ChildRequest, warm: tuple[str, ...], slot: int):
-    from autograder.forkserver import server_for
+    from autograder.runner.forkserver import server_for
 
     return server_for(warm, slot).spawn(request)
 

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from autograder.linux import (
+from autograder.runner.linux import (
     CLONE_NEWIPC,
     CLONE_NEWPID,
     CLONE_NEWUTS,
@@ -116,7 +116,7 @@ def own_process_namespace() -> None:
         _, status = os.waitpid(driver, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    from autograder.isolation import MS_NODEV, MS_NOEXEC, MS_NOSUID, _mount
+    from autograder.runner.isolation import MS_NODEV, MS_NOEXEC, MS_NOSUID, _mount
 
     try:  # this namespace's processes only (refused where /proc is partly covered: the view stays the host's)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -238,7 +238,7 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None
 def _shows_more_than(path: str, revealed: list[str]) -> bool:
     """Whether the hidden folder ``path`` lists anything besides the way to the revealed paths in it (and
     to the empty temporary folder a covered /var gets)."""
-    from autograder.isolation import SHARED_TEMP
+    from autograder.runner.isolation import SHARED_TEMP
 
     try:
         entries = set(os.listdir(path))
@@ -281,14 +281,14 @@ def prepare_run(request) -> None:
 
 
 def main() -> None:
-    from autograder.protocol import ChildRequest
+    from autograder.runner.protocol import ChildRequest
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--request", required=True, help="the ChildRequest, as JSON")
     args = parser.parse_args()
     request = ChildRequest.from_json(args.request)
     if request.namespaces:
-        from autograder.isolation import enter_namespaces
+        from autograder.runner.isolation import enter_namespaces
 
         try:
             enter_namespaces(
@@ -340,7 +340,7 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from nbclient.util import run_sync
 
-    from autograder.protocol import encode_report, read_capture
+    from autograder.runner.protocol import encode_report, read_capture
 
     summary: dict = {"cells": [], "stopped": None, "timings": timings}
     outputs: dict[int, list] = {}

@@ -1,8 +1,8 @@
 """Student code runs in a child process, never in the grader's.
 
-Each submission gets a fresh child (``autograder.child``) with its own scratch directory, a wall-clock
+Each submission gets a fresh child (``autograder.runner.child``) with its own scratch directory, a wall-clock
 limit for the whole notebook, a per-cell limit, a memory limit and a process limit, inside the isolation
-that :mod:`autograder.isolation` resolved for the batch (bubblewrap, or the basic mode's namespaces).
+that :mod:`autograder.runner.isolation` resolved for the batch (bubblewrap, or the basic mode's namespaces).
 When the grader runs as root, each live child runs as its own unprivileged user id, so process limits
 apply and one submission cannot signal another.
 
@@ -10,9 +10,9 @@ Children are started ahead of time (:class:`Sandbox` prints READY once its kerne
 frameworks), so kernel start and imports overlap with the previous submission's run.
 
 The run is split by role, each piece short enough to review on its own: one request in
-(:class:`autograder.protocol.ChildRequest`) and one report out (:class:`autograder.protocol.ChildReport`);
-what the kernel may see (:mod:`autograder.visibility`); how the child starts (:mod:`autograder.launchers`:
-spawn, bubblewrap, fork); the limits enforced while it runs (:mod:`autograder.watchdog`). :class:`Sandbox`
+(:class:`autograder.runner.protocol.ChildRequest`) and one report out (:class:`autograder.runner.protocol.ChildReport`);
+what the kernel may see (:mod:`autograder.runner.visibility`); how the child starts (:mod:`autograder.runner.launchers`:
+spawn, bubblewrap, fork); the limits enforced while it runs (:mod:`autograder.runner.watchdog`). :class:`Sandbox`
 only wires them together for one run and cleans up after it.
 """
 
@@ -31,13 +31,13 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import launchers
-from autograder.child import READY
-from autograder.isolation import SHARED_TEMP, Isolation, probe_report, resolve
-from autograder.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
 from autograder.result import STATUS, STOPPED
-from autograder.visibility import Visibility
-from autograder.watchdog import Watchdog
+from autograder.runner import launchers
+from autograder.runner.child import READY
+from autograder.runner.isolation import SHARED_TEMP, Isolation, probe_report, resolve
+from autograder.runner.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
+from autograder.runner.visibility import Visibility
+from autograder.runner.watchdog import Watchdog
 
 PRIVATE = (
     "work",
@@ -153,7 +153,7 @@ class Sandbox:
         return self.isolation.runner == "fork"
 
     def request(self, probe: bool = False) -> ChildRequest:
-        """What the child gets, whichever launcher starts it (see :class:`autograder.protocol.ChildRequest`)."""
+        """What the child gets, whichever launcher starts it (see :class:`autograder.runner.protocol.ChildRequest`)."""
         namespaces = self.isolation.namespaces and self.isolation.mode != "bubblewrap"
         sandboxed = namespaces or self.isolation.mode == "bubblewrap"
         view = self.visibility
@@ -173,7 +173,7 @@ class Sandbox:
         return min(self.limits.disk_mb * 2**20, self.limits.memory_mb * 2**20 // 2 // 7)
 
     def command(self, probe: bool = False) -> list[str]:
-        """A spawned child's program (see :mod:`autograder.launchers`)."""
+        """A spawned child's program (see :mod:`autograder.runner.launchers`)."""
         return launchers.command(self.request(probe), self.isolation, self.visibility)
 
     def hidden(self) -> list[str]:
@@ -231,7 +231,7 @@ class Sandbox:
 
         A child that never reported its kernel ready is the grader's failure (status ``error``): no
         student code has run in it yet. Whatever happens after READY happened to the student's code, and
-        what comes back of it is only the report on the child's pipe (:mod:`autograder.protocol`).
+        what comes back of it is only the report on the child's pipe (:mod:`autograder.runner.protocol`).
         """
         assert self.process is not None
         path = stage_input(self.scratch / "input", notebook, files)

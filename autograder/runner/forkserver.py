@@ -7,14 +7,14 @@ imports, with the sandbox's thread settings and without starting a single thread
 For each submission it forks a child that
 
 1. leaves the parent's session, dies with it, and takes the submission's environment and folder;
-2. enters the isolation the batch resolved (:func:`autograder.isolation.enter_namespaces`): its own
+2. enters the isolation the batch resolved (:func:`autograder.runner.isolation.enter_namespaces`): its own
    network, mount, PID, IPC and UTS namespaces, in which only the operating system, the Python
    environment and the course's code are visible, read-only, besides its own scratch folder;
 3. forks the namespace's init (PID 1: a fresh ``/proc``, reaps orphans, takes everything with it when
    it ends), which forks the kernel: an ipykernel started in-process from the warm state, talking over
    Unix sockets in the scratch folder. Both, and the child itself, drop to the submission's user id and
    resource limits and lose every capability before any student code exists;
-4. drives that kernel with nbclient exactly as :mod:`autograder.child` does (READY, one notebook,
+4. drives that kernel with nbclient exactly as :mod:`autograder.runner.child` does (READY, one notebook,
    ``run.json``).
 
 Nothing crosses between submissions: the parent never runs student code and never writes after it
@@ -43,15 +43,15 @@ import threading
 import time
 from pathlib import Path
 
-from autograder.child import CLONE_NEWIPC, CLONE_NEWUTS
-from autograder.linux import (
+from autograder.runner.child import CLONE_NEWIPC, CLONE_NEWUTS
+from autograder.runner.linux import (
     CLONE_NEWNS,
     CLONE_NEWPID,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
 )
-from autograder.protocol import ChildRequest
+from autograder.runner.protocol import ChildRequest
 
 PACKET = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -112,7 +112,7 @@ class ForkServer:
 
     def start(self, timeout: float = 300) -> ForkServer:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        from autograder.protocol import kernel_env
+        from autograder.runner.protocol import kernel_env
 
         self.home = Path(tempfile.mkdtemp(prefix="dlcourse-warm-"))
         # the kernels' own environment, so imports see what kernels see; one thread for the imports,
@@ -121,7 +121,7 @@ class ForkServer:
         for sub in ("home", "tmp"):
             (self.home / sub).mkdir()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.forkserver", "--socket", str(theirs.fileno()),
+            [sys.executable, "-m", "autograder.runner.forkserver", "--socket", str(theirs.fileno()),
              "--warm", ",".join(self.warm)],
             pass_fds=(theirs.fileno(),), env=env, cwd=str(self.home), start_new_session=True,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -360,7 +360,7 @@ def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
     os.environ.update(request.env)
     tempfile.tempdir = None  # computed again from this child's TMPDIR
     if request.namespaces:
-        from autograder.isolation import enter_namespaces
+        from autograder.runner.isolation import enter_namespaces
 
         try:
             enter_namespaces(
@@ -370,7 +370,7 @@ def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
             os._exit(3)
-    from autograder.child import drop_privileges, prepare_run
+    from autograder.runner.child import drop_privileges, prepare_run
 
     if not request.probe:
         prepare_run(request)  # (as root where the grader is: the seed is then copied in, then handed over)
@@ -398,7 +398,7 @@ def _chown_tree(folder: Path, uid: int) -> None:
 
 def _outer(request: ChildRequest) -> None:
     """Make the PID namespace (and a mount namespace for its /proc), start its init, end with it."""
-    from autograder.child import drop_privileges, own_standard_streams
+    from autograder.runner.child import drop_privileges, own_standard_streams
 
     if request.namespaces and _libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
         print(f"isolation failed: no PID namespace: {os.strerror(ctypes.get_errno())}", flush=True)
@@ -422,7 +422,7 @@ def _init(request: ChildRequest) -> None:
             pass
     else:
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans come here, not to the host's init
-    from autograder.child import drop_privileges
+    from autograder.runner.child import drop_privileges
 
     drop_privileges(request.uid, request.nproc, request.memory, driver=True)
     kernel = os.fork()
@@ -430,7 +430,7 @@ def _init(request: ChildRequest) -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the kernel is as any process of its user
         if request.probe:
-            from autograder.child import probe
+            from autograder.runner.child import probe
 
             os._exit(probe(list(request.hide), list(request.reveal)))
         _kernel(request)
@@ -445,7 +445,7 @@ def _init(request: ChildRequest) -> None:
 
 
 def _mount_proc() -> None:
-    from autograder.isolation import MS_NODEV, MS_NOEXEC, MS_NOSUID, _mount
+    from autograder.runner.isolation import MS_NODEV, MS_NOEXEC, MS_NOSUID, _mount
 
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
@@ -508,10 +508,10 @@ def _kernel(request: ChildRequest) -> None:
 
 
 def _drive(request: ChildRequest, init: int) -> None:
-    """Drive the kernel with nbclient: the same steps, messages and run.json as autograder.child."""
+    """Drive the kernel with nbclient: the same steps, messages and run.json as autograder.runner.child."""
     from jupyter_client import AsyncKernelManager
 
-    from autograder.child import READY, make_client, run_notebook
+    from autograder.runner.child import READY, make_client, run_notebook
 
     class ForkedKernelManager(AsyncKernelManager):
         """The kernel this child forked: alive while its init process is; killing it ends its namespace."""

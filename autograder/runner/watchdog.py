@@ -69,14 +69,14 @@ class Watchdog:
 
     def _driver(self):
         """The process that drives the kernel (no student code runs in it): the forked child itself, or
-        the spawned ``autograder.child`` (under bubblewrap, below its two processes)."""
+        the spawned ``autograder.runner.child`` (under bubblewrap, below its two processes)."""
         if self.root is None or self.forked:
             return self.root
         try:
             found = [
                 p
                 for p in [self.root, *self.root.children(recursive=True)]
-                if p.cmdline()[1:3] == ["-m", "autograder.child"]  # (bubblewrap's own names it later)
+                if p.cmdline()[1:3] == ["-m", "autograder.runner.child"]  # (bubblewrap's own names it later)
             ]
         except psutil.Error:
             return None

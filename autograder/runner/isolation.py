@@ -16,7 +16,7 @@ Three modes, chosen with ``--isolation``:
 
 Two runners start the kernels (``--runner``): ``fork`` (the default wherever the isolation is not
 bubblewrap) forks each submission's child from a warm parent that has already imported the frameworks
-(:mod:`autograder.forkserver`); the child then makes its own network, mount, PID, IPC and UTS namespaces,
+(:mod:`autograder.runner.forkserver`); the child then makes its own network, mount, PID, IPC and UTS namespaces,
 so the basic mode with namespaces gives what bubblewrap gives: no network, no other process in view, and
 only the operating system, Python and the course code visible. ``spawn`` starts a fresh interpreter per
 submission (bubblewrap always does: it can only start a new program).
@@ -43,7 +43,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER
+from autograder.runner.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER
 
 MODES = ("auto", "bubblewrap", "basic")
 RUNNERS = ("auto", "fork", "spawn")
@@ -70,7 +70,9 @@ class Isolation:
     bwrap: str | None = None  # the bubblewrap binary (mode "bubblewrap")
     namespaces: bool = False  # basic mode: own network and mount namespace per submission
     separate_uid: bool = False  # the grader is root: each submission runs as its own unprivileged uid
-    runner: str = "spawn"  # "fork": children of a warm parent (autograder.forkserver); "spawn": fresh ones
+    runner: str = (
+        "spawn"  # "fork": children of a warm parent (autograder.runner.forkserver); "spawn": fresh ones
+    )
 
     def describe(self) -> str:
         if self.mode == "bubblewrap":
@@ -169,7 +171,9 @@ def resolve(mode: str = "auto", runner: str = "auto") -> Isolation:
 
 def namespaces_available() -> bool:
     """Whether a child can make its own network and mount namespaces here (root, or user namespaces)."""
-    probe = subprocess.run([sys.executable, "-m", "autograder.isolation"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [sys.executable, "-m", "autograder.runner.isolation"], capture_output=True, text=True
+    )
     return probe.returncode == 0
 
 
@@ -265,7 +269,7 @@ def enter_namespaces(
 
 
 def _probe() -> int:
-    """``python -m autograder.isolation``: exit 0 when this process can make its namespaces."""
+    """``python -m autograder.runner.isolation``: exit 0 when this process can make its namespaces."""
     pid = os.fork()
     if pid == 0:  # in a child, so the probing process itself stays as it was
         try:

@@ -1,6 +1,6 @@
 """What a submission's kernel may see of the machine: a pure description, the same for every launcher.
 
-The namespaces (:func:`autograder.isolation.enter_namespaces`) cover every folder in :meth:`Visibility.hidden`
+The namespaces (:func:`autograder.runner.isolation.enter_namespaces`) cover every folder in :meth:`Visibility.hidden`
 with an empty one and show :meth:`Visibility.revealed` again, read-only; bubblewrap builds the same view from
 nothing (:func:`bubblewrap_args`). Either way the kernel sees the operating system, the Python environment,
 the course's code and its own scratch folder: not the course, its sources, the gradebook, the reference or
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder.course import ROOT
-from autograder.isolation import SHARED_TEMP
+from autograder.runner.isolation import SHARED_TEMP
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # What the basic mode leaves in view at /: the operating system (what bubblewrap shows), devices,
