@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.course import Course
-from autograder.pipeline import Job, make_batch, run_jobs
+from autograder.pipeline import Job, decide_kept, make_batch, run_jobs
 from autograder.record import write_json_atomic
 from autograder.reference import Reference, build_reference
 from autograder.result import STOPPED, Result
@@ -102,20 +102,32 @@ def cached_canary(course: Course, aid: str, key: str) -> dict | None:
         return None
 
 
-def run_canary(
+def canary_runs(
     course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int
-):
-    """Grade the solutions and the untouched release through the students' path: ``{name: result}``."""
+) -> Path:
+    """Where the canary's runs are kept: one folder per (what the reference's values depend on, limits,
+    isolation, workers), so an edit of decisions only is decided again from them on this very machine."""
+    text = json.dumps([reference.run_key, asdict(limits), asdict(isolation), workers], sort_keys=True)
+    return course.cache / "canary-runs" / f"{aid}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
+
+def run_canary(
+    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int,
+    keep: Path | None = None,
+):  # fmt: skip
+    """Grade the solutions and the untouched release through the students' path: ``{name: result}``; their
+    runs are kept under ``keep`` when given."""
     (course.work / "canary").mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
+    if keep is not None:
+        shutil.rmtree(keep, ignore_errors=True)
     jobs = []
     for name, make in (("solutions", filled), ("release", untouched)):
         path = folder / name
         path.mkdir()
         for nb in course.notebooks(aid):
             nbformat.write(make(course, aid, nb=nb), str(path / f"{nb}.ipynb"))
-        jobs.append(Job(name, str(path)))
+        jobs.append(Job(name, str(path), str(keep / name) if keep is not None and reference.run_key else ""))
     batch = make_batch(course, aid, reference, limits, isolation)
     results: dict[str, Result] = {}
     try:
@@ -123,6 +135,19 @@ def run_canary(
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def redecide_canary(
+    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, keep: Path
+) -> dict[str, Result] | None:
+    """The canary's two results decided again from its kept runs (no run), or None where they were not kept."""
+    if not reference.run_key or not keep.is_dir():
+        return None
+    batch = make_batch(course, aid, reference, limits, isolation)
+    results = {
+        name: decide_kept(batch, Job(name, keep=str(keep / name))) for name in ("solutions", "release")
+    }
+    return None if None in results.values() else results
 
 
 def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = True) -> list[str]:
@@ -180,6 +205,24 @@ def is_strict(reference: Reference, asked: bool) -> bool:
     return asked or all(c.get("decided", "outside") == "outside" for c in reference.cells.values())
 
 
+def _canary_results(course, aid, reference, limits, isolation, workers, strict, say) -> tuple[dict, str]:
+    """The canary's two results, and how they came: decided again from its kept runs where only decisions
+    changed and they pass, else run (a failure is always seen in a real run)."""
+    keep = canary_runs(course, aid, reference, limits, isolation, workers)
+    results, how = (
+        redecide_canary(course, aid, reference, limits, isolation, keep),
+        "decided again from its kept runs",
+    )
+    if results is None or canary_problems(results, limits, strict):  # a failure is always seen in a real run
+        say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
+        results, how = run_canary(course, aid, reference, limits, isolation, workers, keep), "ran"
+    else:
+        say(
+            f"{aid}: proving the grader: the canary's kept runs decided again (only tolerances or points changed)"
+        )
+    return results, how
+
+
 def prove(
     course: Course,
     aid: str,
@@ -201,23 +244,27 @@ def prove(
     probe_isolation(course, limits, isolation)
     stamp = course.reference_dir / aid / STAMP_FILE
     if not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
-        say(f"{aid}: proving the grader: building the reference (the source's solutions, run in the sandbox)")
+        say(
+            f"{aid}: proving the grader: the reference (the source's solutions run in the sandbox, or decided again)"
+        )
     reference = build_reference(course, aid, limits=limits, isolation=isolation)
     strict = is_strict(reference, strict)
     key = canary_key(reference, limits, isolation, workers, strict)
     cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
         return reference, {**cached, "proof_seconds": round(time.monotonic() - begun, 1)}
-    say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
     started = time.monotonic()
-    results = run_canary(course, aid, reference, limits, isolation, workers)
+    results, how = _canary_results(course, aid, reference, limits, isolation, workers, strict, say)
     problems = canary_problems(results, limits, strict)
+    if problems:  # only a canary that passed is kept to be decided again
+        shutil.rmtree(canary_runs(course, aid, reference, limits, isolation, workers), ignore_errors=True)
     record = {
         "warnings": [] if strict else release_warnings(results),
         "key": key,
         "passed": not problems,
         "problems": problems,
         "seconds": round(time.monotonic() - started, 1),
+        "how": how,
         "isolation": isolation.describe(),
         "scores": {name: f"{r.score:g}/{r.max_score:g} {r.status}" for name, r in results.items()},
     }

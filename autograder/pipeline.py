@@ -85,6 +85,7 @@ class Job:
 
     sid: str
     path: str = ""
+    keep: str = ""  # where to keep the run instead (the canary's: decided again after an edit of decisions)
 
 
 # ----------------------------------------------------------------------------- one submission's stages
@@ -178,7 +179,9 @@ def kernel_outputs(reference: Reference, notebook, outcome: Outcome) -> dict[str
 def keep_stage(b: Batch, g: Grading) -> bool:
     """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
     what the run captured, so that a regrade decides again without running the student's code."""
-    if not g.job.path:  # the canary's notebooks are nobody's
+    if g.job.keep:  # the canary's notebooks are nobody's: only what the run captured is kept
+        keep_run(Path(g.job.keep) / (g.nb or b.aid), g.outcome, g.result.submission_sha256)
+    elif not g.job.path:
         executed = executed_notebook(g.repaired.notebook, g.outcome.outputs, b.hidden[g.nb])
         save_executed(b.course.executed(b.aid, g.job.sid, g.nb or None), executed)
         keep_run(b.course.kept_run(b.aid, g.job.sid, g.nb or None), g.outcome, g.result.submission_sha256)
@@ -324,6 +327,25 @@ def run_stages(b: Batch, g: Grading, chosen) -> None:
         g.result.timings[name] = time.perf_counter() - t0
         if not go_on:
             break
+
+
+def decide_kept(b: Batch, job: Job) -> Result | None:
+    """The result of ``job`` decided again from the runs kept under ``job.keep`` (one per notebook), by the
+    verify and status stages: nothing runs. None where a notebook's run was not kept."""
+    parts = []
+    for nb in b.notebooks:
+        outcome = kept_outcome(Path(job.keep) / (nb or b.aid))
+        if outcome is None:
+            return None
+        part = Result(job.sid, b.aid, b.reference.part(nb).max_score, reference=b.reference.digest)
+        g = Grading(job, b.reference.part(nb), Path(job.keep), part, nb=nb, outcome=outcome)
+        run_stages(b, g, stages("verify", "status"))
+        parts.append((nb, part))
+    result = Result(
+        job.sid, b.aid, b.reference.max_score, isolation=b.isolation.describe(), reference=b.reference.digest
+    )
+    merge_parts(result, parts, [])
+    return result
 
 
 def read_submission(folder: Path, names: list[str]) -> tuple[dict, str]:

@@ -30,6 +30,14 @@ import nbformat
 import numpy as np
 
 from autograder.course import Course, is_graded_test, is_written, nbgrader_meta
+from autograder.decisions import (
+    RUN_KEY_FILE,
+    recheck_calibration,
+    rewrite_params,
+    run_key,
+    staged_copy,
+    static_tolerances,
+)
 from autograder.handin import assignment_files, frameworks_used
 from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import CASES_FILE as CASES_INDEX
@@ -67,6 +75,8 @@ class Reference:
     # notebook name -> {"cells": [grade_id, ...], "written": [grade_id, ...]}, in the assignment's order
     notebooks: dict[str, dict] = field(default_factory=dict)
     digest: str = ""  # what it was built from (:func:`source_digest`), read once when it is loaded
+    run_key: str = ""  # what its recorded values depend on (:func:`autograder.decisions.run_key`)
+    how: str = "found up to date"  # how this process got it: found, built, or decided again
 
     def notebook_of(self, grade_id: str) -> str:
         return next(
@@ -112,6 +122,17 @@ def environment() -> dict[str, str]:
     return found
 
 
+def grading_code() -> bytes:
+    """The grader's code a reference's values and decisions depend on."""
+    import dlcourse.grading
+
+    here = Path(__file__).parent
+    names = ("course.py", "reference.py", "decisions.py", "runner/child.py", "runner/protocol.py")
+    return (
+        b"".join((here / name).read_bytes() for name in names) + Path(dlcourse.grading.__file__).read_bytes()
+    )
+
+
 def source_digest(course: Course, aid: str) -> str:
     """A hash over everything the reference depends on: the source folder, the grading code, and the
     machine's software and device (:func:`environment`)."""
@@ -121,13 +142,14 @@ def source_digest(course: Course, aid: str) -> str:
     for path in sorted(folder.rglob("*")):
         if path.is_file() and not {".ipynb_checkpoints", "samples"} & set(path.relative_to(folder).parts):
             digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
-    for name in ("course.py", "reference.py", "runner/child.py", "runner/protocol.py"):
-        digest.update((Path(__file__).parent / name).read_bytes())
-    import dlcourse.grading
-
-    digest.update(Path(dlcourse.grading.__file__).read_bytes())
+    digest.update(grading_code())
     digest.update(json.dumps(environment(), sort_keys=True).encode())
     return digest.hexdigest()
+
+
+def reference_run_key(course: Course, aid: str) -> str:
+    """:func:`autograder.decisions.run_key` of ``aid`` with this grader's code and this machine's environment."""
+    return run_key(course, aid, grading_code(), json.dumps(environment(), sort_keys=True))
 
 
 # What a regrade may change without running anything again: the tolerance of a hidden check. A hidden
@@ -263,7 +285,12 @@ def build_reference(course: Course, aid: str, force: bool = False, limits=None, 
         stamp = target / STAMP_FILE
         if not force and stamp.is_file() and stamp.read_text() == digest:
             return load_reference(target)
-        return _build(course, aid, target, digest, limits, isolation)
+        key = reference_run_key(course, aid)
+        if not force and stamp.is_file():
+            redecided = redecide(course, aid, target, digest, key)
+            if redecided is not None:
+                return replace(redecided, how="decided again from its kept runs")
+        return replace(_build(course, aid, target, digest, key, limits, isolation), how="built")
 
 
 def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, files: Path):
@@ -280,7 +307,7 @@ def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, f
     return sandbox, sandbox.run(nb, files=files)
 
 
-def _build(course: Course, aid: str, target: Path, digest: str, limits, isolation) -> Reference:
+def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits, isolation) -> Reference:
     """Run every notebook of the source at every thread count of :data:`CALIBRATION_THREADS` at once, and
     keep what the solutions recorded. A graded test cell with checks is decided outside the kernel from its
     cases; one without (plain ``assert``s, as nbgrader courses write them) is decided as nbgrader decides it,
@@ -322,6 +349,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, limits, isolatio
             CELLS_FILE: cells, NOTEBOOKS_FILE: notebooks, CALIBRATION_FILE: calibration, WRITTEN_FILE: written,
         })  # fmt: skip
         (staged / STAMP_FILE).write_text(digest)
+        (staged / RUN_KEY_FILE).write_text(key)
         if target.exists():
             shutil.rmtree(target)
         staged.rename(target)
@@ -424,6 +452,41 @@ def _write_reference(staged: Path, captures: list[Path], hidden: set[str], table
         (staged / name).write_text(json.dumps(data, indent=1))
 
 
+def redecide(course: Course, aid: str, target: Path, digest: str, key: str) -> Reference | None:
+    """The reference at ``target`` re-decided for a source whose edit changed only decisions (hidden checks'
+    tolerances, points: :mod:`autograder.decisions`), without running anything; None when the edit changed
+    more, a tolerance cannot be read without running, or the recorded spread across thread counts does not
+    fit a new tolerance (then the reference is built again, which says why)."""
+    kept = target / RUN_KEY_FILE
+    if not kept.is_file() or kept.read_text() != key:
+        return None
+    old = load_reference(target)
+    sources = [course.read_source(aid, name) for name in course.notebooks(aid)]
+    tolerances = static_tolerances(sources)
+    # a hidden close case whose tolerance is not written out keeps its old one: the key covers it
+    hidden = {n for n, c in old.cases.items() if not c.public and c.kind == "close" and n in tolerances}
+    cases = {
+        n: replace(c, params={**c.params, **tolerances[n]}) if n in hidden else c
+        for n, c in old.cases.items()
+    }
+    cells, _, written = _graded_cells(aid, dict(zip(course.notebooks(aid), sources)))
+    if set(cells) != set(old.cells):
+        return None
+    _decide_cells(cells, cases)
+    calibration = json.loads((target / CALIBRATION_FILE).read_text())
+    changed = {n: cases[n] for n in hidden if cases[n].params != old.cases[n].params}
+    if recheck_calibration(calibration, old.values, changed, SAFETY_MARGIN):
+        return None
+    staged = staged_copy(target)
+    rewrite_params(staged / CASES_INDEX, {n: tolerances[n] for n in hidden})
+    for name, data in ((CELLS_FILE, cells), (CALIBRATION_FILE, calibration), (WRITTEN_FILE, written)):
+        (staged / name).write_text(json.dumps(data, indent=1))
+    (staged / STAMP_FILE).write_text(digest)
+    shutil.rmtree(target)
+    staged.rename(target)
+    return load_reference(target)
+
+
 def hidden_case_names(notebooks) -> set[str]:
     """The names of the checks written inside hidden tests with an expected value: the kernel records them
     as public (it compares with the value given), but the student never sees them, so the reference keeps
@@ -521,4 +584,7 @@ def load_reference(directory: Path) -> Reference:
     )
     stamp = directory / STAMP_FILE
     digest = stamp.read_text() if stamp.is_file() else ""
-    return Reference(directory, cells, cases, values, written, notebooks, digest)
+    key = directory / RUN_KEY_FILE
+    return Reference(
+        directory, cells, cases, values, written, notebooks, digest, key.read_text() if key.is_file() else ""
+    )

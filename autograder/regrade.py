@@ -4,7 +4,8 @@ submission again, running student code only where the edit requires it.
 Points are decided outside the students' kernels from what each run captured (kept by the pipeline's
 ``keep`` stage in ``Course.kept_run``). An edit that leaves the lines a run executes as they were (a
 hidden case's tolerance, a cell's points, the solution, and so the expected values, comments) leaves
-those captures valid: the reference is rebuilt (and the canary run) from the edited source, and each
+those captures valid: the reference is brought up to date (re-decided without running where only hidden
+tolerances or points changed, :mod:`autograder.decisions`; else rebuilt) and proven by the canary, and each
 submission goes through the ``verify`` and ``status`` stages again on its kept capture, without running
 student code. A submission is run again, through the whole pipeline, when the code the grader runs from
 the source changed in any other way: a test's inputs, a check added or removed, the set-up cell, or a
@@ -70,7 +71,8 @@ class Regrade:
     changes: list[Change] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # student -> why not regraded
     seconds: float = 0.0
-    reference_seconds: float = 0.0  # rebuilding the reference and running the canary
+    reference_seconds: float = 0.0  # bringing the reference up to date and proving it (the canary)
+    proof: str = ""  # how: the reference and the canary decided again from kept runs, or rebuilt and run
 
     @property
     def decided_again(self) -> list[Change]:
@@ -154,8 +156,9 @@ def regrade(
     olds = {r.student_id: r for r in load_results(course, aid)}
     if not olds:
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
-    reference, _ = prove(course, aid, limits, isolation, workers, strict)
+    reference, record = prove(course, aid, limits, isolation, workers, strict)
     report.reference_seconds = time.monotonic() - started
+    report.proof = f"reference {reference.how}, canary {record.get('how', 'found passed in the cache')}"
     batch = make_batch(course, aid, reference, limits, isolation)
     inputs = batch.inputs
     present = course.handed_in(aid)

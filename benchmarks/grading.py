@@ -451,8 +451,7 @@ def benchmark_assignment(
                 out["scaling_40_vs_10"] = round(
                     sizes[(workers, count)] / sizes[(workers, SCALING_SIZES[0])], 3
                 )
-        if not quick:
-            out["regrade"] = measure_regrade(autograder_course, aid, workers, ag)
+        out["regrade"] = measure_regrade(autograder_course, aid, workers, ag)
         log(f"{aid}: done; {format_ratios(out['ratios'])}")
         return out
     finally:
@@ -496,9 +495,9 @@ def loosen_a_hidden_tolerance(source: str) -> tuple[str, str]:
 
 
 def measure_regrade(course: Course, aid: str, workers: int, graded: dict) -> dict:
-    """Loosen a hidden case's tolerance in the source, then ``regrade``: every submission is decided again
-    from its kept run. Against grading them anew after the same edit (the reference rebuilt, then the
-    main run's grading time)."""
+    """Loosen a hidden case's tolerance in the source, then ``regrade``: the reference and the canary, then every
+    submission, decided again from their kept runs. Against grading them anew after the same edit (the proof
+    as the regrade made it, then the main run's grading time)."""
     from autograder.api import regrade
 
     path = course.source_notebook(aid)
@@ -518,6 +517,7 @@ def measure_regrade(course: Course, aid: str, workers: int, graded: dict) -> dic
         "decide_seconds": round(report.seconds - report.reference_seconds, 3),
         "anew_seconds": round(anew, 3),
         "anew_vs_regrade": round(anew / report.seconds, 2) if report.seconds else None,
+        "proof": report.proof,
     }
 
 

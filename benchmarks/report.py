@@ -123,18 +123,20 @@ def grading_section(name: str, run: dict) -> list[str]:
             "### Regrade after a source edit",
             "",
             "After the graded run, a hidden case's tolerance was loosened in the source and `regrade` decided "
-            "every submission again from its kept run (reference rebuilt and canary run first). Grading anew "
-            "after the same edit costs the same reference rebuild plus the main run's grading.",
+            "every submission again from its kept run, after bringing the reference up to date and proving it "
+            "(the proof column says how: since 2026-11-26 both are decided again from their kept runs when only "
+            "tolerances or points changed; earlier runs rebuilt the reference and ran the canary). Grading anew "
+            "after the same edit costs the same proof plus the main run's grading.",
             "",
         ]
         rows = [
             [a["assignment"], r["edit"], f"{r['decided_again']} of {r['submissions']}", r["moved"],
              f"{r['seconds']:.1f} s ({r['reference_seconds']:.1f} reference + {r['decide_seconds']:.1f} deciding)",
-             f"{r['anew_seconds']:.1f} s", fmt(r["anew_vs_regrade"])]
+             f"{r['anew_seconds']:.1f} s", fmt(r["anew_vs_regrade"]), r.get("proof", "rebuilt and run")]
             for a in regrades for r in [a["regrade"]]
         ]  # fmt: skip
         out += table(["assignment", "edit", "decided again", "scores moved", "regrade", "grading anew",
-                      "anew / regrade"], rows)  # fmt: skip
+                      "anew / regrade", "proof"], rows)  # fmt: skip
 
     tg = g["targets"]
     descriptions = {

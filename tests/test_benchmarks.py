@@ -49,6 +49,13 @@ def test_quick_run_records_a_well_formed_run(root, tmp_path):
         assert all(m["peak_pss"] <= m["peak_rss"] for m in a1["autograder"]["memory_mb"].values())
     ran = [s for s in a1["submissions"] if s["kind"] != "broken"]
     assert all({"sandbox_run", "child_notebook", "verify", "record"} <= set(s["timings"]) for s in ran)
+    regrade = a1["regrade"]  # a tolerance edit: decided again, the proof too, nothing run
+    assert regrade["decided_again"] > 0 and regrade["anew_vs_regrade"] > 0  # (an unreadable one runs again)
+    assert regrade["decided_again"] + regrade["run_again"] == regrade["submissions"] == 4
+    assert (
+        regrade["proof"]
+        == "reference decided again from its kept runs, canary decided again from its kept runs"
+    )
 
     (lecture,) = run["sections"]["course"]["notebooks"]
     assert lecture["seconds"] > 0 and lecture["limit_seconds"] == 90

@@ -8,6 +8,8 @@ import json
 import nbformat
 import pytest
 
+from autograder import canary as canary_module
+from autograder import reference as reference_module
 from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.reference import source_inputs
@@ -62,8 +64,14 @@ def edit_source(course: Course, old: str, new: str) -> None:
     nbformat.write(nb, str(path))
 
 
+def forbidden(*args, **kwargs):
+    raise AssertionError("this edit changed only decisions: nothing may run")
+
+
 @pytest.mark.slow
-def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_runs_again(tmp_path):
+def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_runs_again(
+    tmp_path, monkeypatch
+):
     course = Course(root=make_course(tmp_path / "course"))
     release(course, ["T1"])
     isolation = resolve("auto")
@@ -82,7 +90,13 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     assert all((course.kept_run("T1", s) / "run.json").is_file() for s in first)
 
     edit_source(course, HIDDEN, HIDDEN[:-1] + ", rtol=1e-2)")
-    report = regrade(course, "T1", LIMITS, isolation, workers=2)
+    with monkeypatch.context() as nothing_runs:  # the reference and the canary are decided again, not run
+        nothing_runs.setattr(reference_module, "_run_source", forbidden)
+        nothing_runs.setattr(canary_module, "run_canary", forbidden)
+        report = regrade(course, "T1", LIMITS, isolation, workers=2)
+    assert (
+        report.proof == "reference decided again from its kept runs, canary decided again from its kept runs"
+    )
     changes = {c.student_id: c for c in report.changes}
     assert {s: (c.new.score, c.how) for s, c in changes.items()} == {
         "ada": (100, "decided again"),
@@ -104,12 +118,26 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
             "cyd": 60,
         }
 
+    # the points of a cell: decided again too, nothing runs; ben keeps full marks, cyd's scale is worth less
+    nb = nbformat.read(str(course.source_notebook("T1")), as_version=4)
+    for cell in nb.cells:
+        if nbgrader_meta(cell).get("grade_id") == "test_scale":
+            cell.metadata["nbgrader"]["points"] = 40
+    nbformat.write(nb, str(course.source_notebook("T1")))
+    with monkeypatch.context() as nothing_runs:
+        nothing_runs.setattr(reference_module, "_run_source", forbidden)
+        nothing_runs.setattr(canary_module, "run_canary", forbidden)
+        report = regrade(course, "T1", LIMITS, isolation, workers=2)
+    assert {c.student_id: (c.new.score, c.new.max_score) for c in report.changes} == {
+        "ada": (80, 80), "ben": (80, 80), "cyd": (40, 80)
+    }  # fmt: skip
+
     # new inputs for the hidden case: every kept run is stale, so each submission runs again
     edit_source(course, "size=(3, 4)", "size=(4, 4)")
     submit(course, "cyd", filled(course, "T1"))  # and cyd handed in again meanwhile
     report = regrade(course, "T1", LIMITS, isolation, workers=2)
     changes = {c.student_id: c for c in report.changes}
-    assert {s: c.new.score for s, c in changes.items()} == {"ada": 100, "ben": 100, "cyd": 100}
+    assert {s: c.new.score for s, c in changes.items()} == {"ada": 80, "ben": 80, "cyd": 80}
     assert changes["ada"].how == "run again: the source changed what test_scale runs"
     assert changes["cyd"].how == "run again: handed in again"
     assert all("sandbox_run" in c.new.timings for c in changes.values())
