@@ -27,7 +27,7 @@ import nbformat
 
 from autograder.course import Course
 from autograder.pipeline import Job, decide_kept, make_batch, run_jobs
-from autograder.record import write_json_atomic
+from autograder.record import sha256_regular, write_json_atomic
 from autograder.reference import Reference, build_reference
 from autograder.result import STOPPED, Result
 from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
@@ -105,9 +105,13 @@ def cached_canary(course: Course, aid: str, key: str) -> dict | None:
 def canary_runs(
     course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int
 ) -> Path:
-    """Where the canary's runs are kept: one folder per (what the reference's values depend on, limits,
-    isolation, workers), so an edit of decisions only is decided again from them on this very machine."""
-    text = json.dumps([reference.run_key, asdict(limits), asdict(isolation), workers], sort_keys=True)
+    """Where the canary's runs are kept: one folder per (what the reference's values depend on, the release's
+    notebooks, limits, isolation, workers), so an edit of decisions only is decided again from them on this
+    very machine."""
+    releases = [sha256_regular(course.release_notebook(aid, nb)) for nb in course.notebooks(aid)]
+    text = json.dumps(
+        [reference.run_key, releases, asdict(limits), asdict(isolation), workers], sort_keys=True
+    )
     return course.cache / "canary-runs" / f"{aid}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
