@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dlcourse.closeness import to_numpy
+
 
 def rel_error(a, b, eps: float = 1e-12) -> float:
     """CS231n's relative error: ``max(|a - b| / max(eps, |a| + |b|))`` over all entries.
@@ -14,8 +16,8 @@ def rel_error(a, b, eps: float = 1e-12) -> float:
     Rules of thumb in float64: above 1e-2 the gradient is probably wrong; 1e-4 to 1e-2 is
     suspicious; below 1e-7 is right (kinks such as ReLU's can push a correct one up to ~1e-5).
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a = to_numpy(a).astype(np.float64)  # a tensor on a GPU, one that requires grad, bfloat16: all fine
+    b = to_numpy(b).astype(np.float64)
     if a.shape != b.shape:
         raise ValueError(f"rel_error needs equal shapes, got {a.shape} and {b.shape}")
     if a.size == 0:

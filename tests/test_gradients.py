@@ -92,3 +92,15 @@ def test_sampled_gradient_is_exact_on_its_samples():
     np.testing.assert_allclose(values, [2 * x[i] for i in indices], rtol=1e-6)
     report = grad_check(lambda z: np.sum(z**2), x, 2 * x, num_samples=7)
     assert report.passed
+
+
+def test_rel_error_takes_tensors_as_they_come_out_of_training():
+    """Gradients compared in lecture 12 are tensors on the runtime's device: on a GPU (Colab) numpy cannot
+    read them directly, nor a tensor that requires grad, nor bfloat16 (seen on an H200: the lecture's cell
+    failed there)."""
+    import torch
+
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    assert rel_error(a, torch.tensor([1.0, 2.0])) == 0.0
+    assert rel_error(a.to(torch.bfloat16), [1.0, 2.0]) == 0.0
+    assert rel_error(torch.tensor([1.0]), torch.tensor([3.0])) == pytest.approx(0.5)
