@@ -274,3 +274,42 @@ def test_no_run_is_handed_a_compile_cache_and_every_run_has_its_own_home(tmp_pat
     finally:
         for run in runs:
             run.cleanup()
+
+
+def test_the_graders_model_evaluations_run_one_at_a_time(monkeypatch):
+    """Worker threads verify at once; a recorded model is evaluated with numpy's products, which OpenBLAS,
+    entered from two threads at once, was seen to spin on forever. The grader evaluates one model at a time,
+    whatever BLAS's thread count in the environment; other comparisons still run side by side."""
+    import threading
+    import time
+
+    import numpy as np
+
+    from autograder import verify
+    from dlcourse.grading import Case
+
+    inside, most = {}, {}
+    lock = threading.Lock()
+
+    def compare(case, reference, got):
+        with lock:
+            inside[case.kind] = inside.get(case.kind, 0) + 1
+            most[case.kind] = max(most.get(case.kind, 0), inside[case.kind])
+        time.sleep(0.02)
+        with lock:
+            inside[case.kind] -= 1
+
+    monkeypatch.setattr(verify, "compare", compare)
+    cases = [Case("m.accuracy", "model_accuracy", {}, "test_m"), Case("m.value", "close", {}, "test_m")]
+    threads = [
+        threading.Thread(
+            target=lambda case=case: [verify.safe_compare(case, np.ones(2), np.ones(2)) for _ in range(5)]
+        )
+        for case in cases
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == {"model_accuracy": 1, "close": 4}
