@@ -17,12 +17,12 @@ manual grading (or 0 without waiting, where the answer is still the release's st
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.reference import Reference
 from autograder.result import CellResult, GroupResult, WrittenResult
+from autograder.runner.linux import FORK_LOCK
 from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import Case, compare, load_cases, load_expected
 
@@ -76,20 +76,12 @@ def tampered_public_check(
     return expected is None or safe_compare(trusted, expected, values[name]) is not None
 
 
-# The grader evaluates a recorded model with numpy's matrix products (:mod:`dlcourse.modeldata`) in several
-# worker threads at once. OpenBLAS entered from two threads at once was seen spinning forever (a benchmark's
-# grader, BLAS on 2 threads, no OMP_NUM_THREADS set), and a worker thread cannot reliably lower BLAS's thread
-# count (threadpoolctl's limit, set in a worker thread, was not what that thread's products used): so one
-# product at a time, whatever the environment says. Models are small; nothing else in a comparison calls BLAS.
-_BLAS = threading.Lock()
-
-
 def safe_compare(case: Case, reference, got) -> str | None:
     """:func:`compare` on a value the student's run recorded: whatever that value makes numpy do, the case
     fails with a reason; it never becomes the grader's error."""
     try:
         if case.kind == "model_accuracy":
-            with _BLAS:
+            with FORK_LOCK:  # numpy's products, never while the grader forks (autograder.runner.linux)
                 return compare(case, reference, got)
         return compare(case, reference, got)
     except Exception as err:  # noqa: BLE001  (the data is the student's; any failure is theirs)

@@ -47,6 +47,7 @@ from autograder.runner.child import CLONE_NEWIPC, CLONE_NEWUTS
 from autograder.runner.linux import (
     CLONE_NEWNS,
     CLONE_NEWPID,
+    FORK_LOCK,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
@@ -120,12 +121,13 @@ class ForkServer:
         env = kernel_env(self.home, 1)
         for sub in ("home", "tmp"):
             (self.home / sub).mkdir()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.runner.forkserver", "--socket", str(theirs.fileno()),
-             "--warm", ",".join(self.warm)],
-            pass_fds=(theirs.fileno(),), env=env, cwd=str(self.home), start_new_session=True,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+        with FORK_LOCK:  # (autograder.runner.linux: never while a grader thread is in BLAS)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "autograder.runner.forkserver", "--socket", str(theirs.fileno()),
+                 "--warm", ",".join(self.warm)],
+                pass_fds=(theirs.fileno(),), env=env, cwd=str(self.home), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
         # (no death signal: it would come when the *thread* that started it ends; the parent ends instead
         # when its socket closes, which happens when this process ends, however it ends)
         theirs.close()

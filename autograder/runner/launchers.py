@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 
-from autograder.runner.linux import PR_SET_PDEATHSIG
+from autograder.runner.linux import FORK_LOCK, PR_SET_PDEATHSIG
 from autograder.runner.protocol import ChildRequest
 from autograder.runner.visibility import Visibility, bubblewrap_args
 
@@ -29,16 +29,17 @@ def command(request: ChildRequest, isolation, visibility: Visibility) -> list[st
 
 
 def spawn(argv: list[str], request: ChildRequest) -> subprocess.Popen:
-    return subprocess.Popen(
-        argv,
-        preexec_fn=die_with_grader,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=request.env,
-        cwd=request.scratch,
-        start_new_session=True,
-    )
+    with FORK_LOCK:  # a preexec_fn makes Popen fork()
+        return subprocess.Popen(
+            argv,
+            preexec_fn=die_with_grader,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=request.env,
+            cwd=request.scratch,
+            start_new_session=True,
+        )
 
 
 def fork(request: ChildRequest, warm: tuple[str, ...], slot: int):
@@ -56,16 +57,18 @@ def probe(argv: list[str] | None, request: ChildRequest, warm: tuple[str, ...], 
         child.stdout.close()
         child.wait(180)
         return output, child.returncode
-    done = subprocess.run(
-        argv,
-        preexec_fn=die_with_grader,
-        capture_output=True,
-        text=True,
-        env=request.env,
-        cwd=request.scratch,
-        timeout=180,
-    )
-    return done.stdout + done.stderr, done.returncode
+    with FORK_LOCK:  # (the fork only: the child's output is read after)
+        child = subprocess.Popen(
+            argv, preexec_fn=die_with_grader, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=request.env, cwd=request.scratch,
+        )  # fmt: skip
+    try:
+        output, _ = child.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        output, _ = child.communicate()
+        raise
+    return output, child.returncode
 
 
 def die_with_grader() -> None:

@@ -1,4 +1,14 @@
-"""The Linux numbers the sandbox passes to the kernel (``unshare`` flags, ``prctl`` options), named once."""
+"""The Linux numbers the sandbox passes to the kernel (``unshare`` flags, ``prctl`` options), named once; and the
+grader process's one rule about ``fork``."""
+
+import threading
+
+# The grader forks (a child's preexec_fn, killing a sandbox user's processes) in worker threads while other
+# worker threads may be inside numpy's BLAS (a recorded model evaluated outside the kernel). OpenBLAS shuts
+# its thread pool down before every fork(); a product in flight in another thread then waits for workers
+# that are gone, forever (seen: a grader without OMP_NUM_THREADS stalled at 100% CPU in exec_blas). So a
+# fork and a BLAS call never overlap in the grader: both take this lock.
+FORK_LOCK = threading.Lock()
 
 # unshare(2) / clone(2) flags
 CLONE_NEWNS = 0x00020000  # mounts

@@ -35,6 +35,7 @@ from autograder.result import STATUS, STOPPED
 from autograder.runner import launchers
 from autograder.runner.child import READY
 from autograder.runner.isolation import SHARED_TEMP, Isolation, probe_report, resolve
+from autograder.runner.linux import FORK_LOCK
 from autograder.runner.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
 from autograder.runner.visibility import Visibility
 from autograder.runner.watchdog import Watchdog
@@ -360,7 +361,8 @@ def _uid_has_processes(uid: int) -> bool:
 
 def kill_all_of_uid(uid: int) -> None:
     """SIGKILL every process of ``uid`` (what escaped the session, e.g. a double-forked bomb)."""
-    pid = os.fork()
+    with FORK_LOCK:
+        pid = os.fork()
     if pid == 0:
         try:
             os.setgid(uid)
