@@ -8,7 +8,7 @@ For each assignment (A3 and A1 when both exist) one generated class is graded th
   ``autograder.repair`` builds it) executed once by nbclient, with no grading at all, one after the other;
   the total divided by the number of cores is what perfect parallel execution could reach. Each kernel gets
   the thread count the autograder gives its kernels (cores / workers), so parallelism is not counted twice;
-- **autograder**: ``autograder.pipeline.grade`` with ``workers`` (default: the cores), sandboxed as it
+- **autograder**: ``autograder.api.grade`` with ``workers`` (default: the cores), sandboxed as it
   runs in production, in a throwaway course of its own.
 
 The order of the three alternates between assignments, so that a change in the machine's load over the run

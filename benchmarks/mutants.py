@@ -9,7 +9,7 @@ that do not compile, or that unparse to the original (or to another mutant), are
 per assignment (``--max``, default 25) is drawn by seed, spread round-robin over the answer cells.
 
 Every mutant of an assignment is a student of one batch, graded by the real grader
-(:func:`autograder.pipeline.grade`, sandboxed, in a throwaway course that shares the course's cache of
+(:func:`autograder.api.grade`, sandboxed, in a throwaway course that shares the course's cache of
 references) together with a *control*: the perfect submission with every answer cell passed through
 the same ``ast.parse``/``ast.unparse`` round trip, which must get full marks or the batch proves nothing.
 A mutant is **killed** when it gets less than full marks; a grader error (no score) counts neither way.

@@ -99,7 +99,7 @@ def grading_section(name: str, run: dict) -> list[str]:
         f"Each assignment's class was graded three ways in one run: plain sequential `nbgrader autograde`; the bare lower "
         f"bound (every notebook nbgrader would run, executed once by nbclient with no grading, one after another with "
         f"{max(1, g['cores'] // g['workers'])} BLAS thread(s) each, total divided by {g['cores']} cores); and the autograder "
-        f"(`autograder.pipeline.grade`, {g['workers']} workers, sandboxed). Submissions per minute:",
+        f"(`autograder.api.grade`, {g['workers']} workers, sandboxed). Submissions per minute:",
         "",
     ]
     rows = []
