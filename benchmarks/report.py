@@ -244,7 +244,49 @@ def grading_section(name: str, run: dict) -> list[str]:
     ]
     out += table(["stage"] + [a["assignment"] for a in assignments], rows)
     out += [f"Notes: {'; '.join(g['notes'])}." if g.get("notes") else "", ""]
+    out += stage_spread(assignments, stage_rows)
     return out
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by linear interpolation; None for none."""
+    values = sorted(values)
+    if not values:
+        return None
+    at = q * (len(values) - 1)
+    low = int(at)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (at - low)
+
+
+def critical_path(timings: dict, seconds: float) -> float:
+    """A submission's overhead on the critical path, as ``benchmarks.grading.overhead`` counts it."""
+    wait = timings["sandbox_run"] - timings.get("child_notebook", 0.0)
+    rest = max(0.0, seconds - timings["repair"] - timings["sandbox_run"] - timings.get("verify", 0.0))
+    return timings["repair"] + wait + timings.get("verify", 0.0) + timings.get("record", 0.0) + rest
+
+
+def stage_spread(assignments: list[dict], stage_rows: list[tuple[str, str]]) -> list[str]:
+    """p50 and p90 of each stage over the submissions that ran, from each recorded submission's timings."""
+    rows = []
+    for label, key in [*stage_rows, ("**overhead on the critical path**", None)]:
+        row = [label]
+        for a in assignments:
+            ran = [s for s in a.get("submissions", []) if "sandbox_run" in s.get("timings", {})]
+            values = [
+                critical_path(s["timings"], s.get("seconds", 0.0)) if key is None else s["timings"][key]
+                for s in ran
+                if key is None or key in s["timings"]
+            ]
+            row.append(
+                f"{fmt(percentile(values, 0.5))} / {fmt(percentile(values, 0.9))}" if values else "n/a"
+            )
+        rows.append(row)
+    return [
+        "p50 / p90 of each stage over the submissions that ran (seconds), from the same run's timings:",
+        "",
+        *table(["stage"] + [a["assignment"] for a in assignments], rows),
+    ]
 
 
 def shortfall(key: str, measured, target) -> str:

@@ -83,3 +83,26 @@ def test_results_md_is_what_the_recorded_runs_give(root, tmp_path):
         "benchmarks/RESULTS.md differs from what benchmarks/results/*.json give: "
         "run `.venv/bin/python -m benchmarks --report-only`"
     )
+
+
+def test_the_stage_spread_agrees_with_the_recorded_medians():
+    """RESULTS.md's p50 / p90 table is worked out from each submission's timings: its p50 of the critical path is
+    the median the grading section records, and the quantiles interpolate as numpy's do."""
+    import numpy as np
+
+    from benchmarks.grading import overhead
+    from benchmarks.report import critical_path, percentile
+
+    rng = np.random.default_rng(3)
+    rows = [
+        {"seconds": float(s), "timings": {"repair": 0.01, "sandbox_run": float(s) - 0.2, "child_notebook": 1.0,
+                                           "verify": 0.02, "record": float(r)}}
+        for s, r in zip(rng.uniform(1.5, 3.0, 9), rng.uniform(0.05, 0.2, 9))
+    ]  # fmt: skip
+    paths = [critical_path(r["timings"], r["seconds"]) for r in rows]
+    assert percentile(paths, 0.5) == pytest.approx(
+        overhead(rows, 10.0, 2)["median_overhead_on_critical_path"], abs=1e-3
+    )
+    values = list(rng.normal(size=11))
+    assert percentile(values, 0.9) == pytest.approx(np.percentile(values, 90))
+    assert percentile([], 0.5) is None
