@@ -35,6 +35,7 @@ def notebook(source: str = CELL, points: float = 10) -> object:
     (notebook(CELL.replace(HIDDEN, 'check("t.hid" + "den", f(x), rtol=1e-2)')), False),  # a name not written out
     (notebook(CELL.replace(HIDDEN, 'check("t.hidden", f(x), rtol=TOL)')), False),  # a tolerance not a number
     (notebook(CELL.replace(HIDDEN, 'check_equal("t.hidden", f(x))')), False),  # another kind of check
+    (notebook(CELL.replace(HIDDEN, 'check("t.hidden", f(x), **TOL)')), False),  # tolerances in a splat
 ])  # fmt: skip
 def test_an_edit_keeps_the_run_text_exactly_when_it_changes_only_decisions(edited, same):
     assert (run_text(edited) == run_text(notebook())) is same
@@ -72,3 +73,16 @@ def test_a_new_tolerance_narrower_than_the_recorded_spread_is_refused():
     tight = Case("t.hidden", "close", {"rtol": 1e-5, "atol": 0.0}, "test_f")
     problems = recheck_calibration(calibration, values, {"t.hidden": tight}, 10.0)
     assert problems and "t.hidden" in problems[0]
+
+
+def test_a_tolerance_in_a_splat_is_never_read_as_the_default():
+    """``check("t.hidden", got, **TOL)``: its tolerance is known only when it runs, so it is not read (a points
+    edit must not reset it to the default) and an edit of it changes the run text."""
+    splat = CELL.replace(HIDDEN, 'check("t.hidden", f(x), **TOL)')
+    assert static_tolerances([notebook(splat)]) == {}
+    assert run_text(notebook("TOL = {'rtol': 1e-3}\n" + splat)) != run_text(
+        notebook("TOL = {'rtol': 1e-2}\n" + splat)
+    )
+    # a method of something else called check: its tolerance may be used where it runs
+    other = CELL.replace(HIDDEN, 'lib.check("t.other", f(x), rtol=1e-3)')
+    assert run_text(notebook(other)) != run_text(notebook(other.replace("1e-3", "1e-2")))
