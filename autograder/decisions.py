@@ -28,7 +28,6 @@ from dlcourse.closeness import ATOL, RTOL
 
 HIDDEN_CHECKS = {"check", "check_equal"}
 TOLERANCES = ("rtol", "atol")
-DECISION_METADATA = ("points",)  # nbgrader's; and this course's ``dlcourse.case_points``
 RUN_KEY_FILE = "RUN_KEY"
 
 
@@ -66,17 +65,21 @@ def _static_tolerance(node: ast.Call) -> tuple[str, dict[str, float]] | None:
     return name.value, found
 
 
+def _code_trees(nb: nbformat.NotebookNode):
+    """Each code cell's syntax tree (a cell that is not Python, a magic, is skipped)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            try:
+                yield ast.parse(cell.source)
+            except SyntaxError:
+                continue
+
+
 def uses_course_checks(nb: nbformat.NotebookNode) -> bool:
     """Whether the notebook's ``check`` is this course's (``from dlcourse.grading import check``, and nowhere
     bound to anything else): a course's own ``check`` may use its tolerance in the kernel."""
     ours = other = False
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
+    for tree in _code_trees(nb):
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
@@ -147,13 +150,7 @@ def static_tolerances(notebooks) -> dict[str, dict[str, float]]:
     """Case name -> rtol and atol, for every hidden check whose tolerance can be read without running."""
     found = {}
     for nb in notebooks:
-        for cell in nb.cells if uses_course_checks(nb) else []:
-            if cell.cell_type != "code":
-                continue
-            try:
-                tree = ast.parse(cell.source)
-            except SyntaxError:
-                continue
+        for tree in _code_trees(nb) if uses_course_checks(nb) else []:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Call) and _is_hidden(node):
                     static = _static_tolerance(node)
