@@ -14,8 +14,19 @@ from autograder.runner.sandbox import Limits, set_uid_base
 from autograder.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
 from autograder.workflows import throwaway_course
 
+
+def cold_start() -> None:
+    """Forget what this process keeps between batches (the warm parents, the isolation probes), so that the
+    next batch starts as a new instructor's first one does."""
+    from autograder import canary
+    from autograder.runner.forkserver import stop_all
+
+    stop_all()
+    canary._PROBED.clear()
+
+
 __all__ = [
-    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "execute_notebook", "filled", "grade", "is_graded_test",
+    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test",
     "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_nbgrader",
     "set_uid_base", "solution_ids", "throwaway_course", "untouched", "warm_parents",
 ]  # fmt: skip

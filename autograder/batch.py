@@ -4,21 +4,28 @@ path), builds the :class:`~autograder.pipeline.Batch` once, grades every submiss
 result through :data:`~autograder.pipeline.STAGES` on worker threads or a Dask cluster, and records each
 result in this process alone, one at a time, as it arrives. A grader error is tried once more and never
 recorded as a score.
+
+The workers' warm parents start at once, beside the probe and the reference; the canary's two runs go first
+in the workers' queue, so no core waits for them; a student's result that comes before the canary passed is
+held and recorded after it, and if the canary fails no further submission starts and nothing is recorded.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 
-from autograder.canary import prove
+from autograder.canary import CanaryBeside, CanaryFailed, Proof, begin_proof, conclude, run_canary
 from autograder.course import Course
-from autograder.handin import submission_digest, submissions
+from autograder.handin import frameworks_used, submission_digest, submissions
 from autograder.pipeline import Batch, Job, error_result, grade_one, make_batch, run_jobs
 from autograder.record import Recorder, load_result, save_result
 from autograder.result import Result
 from autograder.runner.isolation import Isolation, resolve
+from autograder.runner.launchers import prestart
 from autograder.runner.sandbox import Limits
 
 __all__ = ["grade"]
@@ -41,7 +48,8 @@ def grade(
     """Grade every submission of ``aid`` that has no current result; return all results of this run.
 
     Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
-    the reference cannot be built, or the canary (:func:`autograder.canary.prove`) fails.
+    the reference cannot be built, or the canary (:mod:`autograder.canary`) fails. The canary runs first on
+    the students' own workers; a student's result that comes before it passed is held, and recorded after.
     """
     limits = limits or Limits()
     isolation = resolve(isolation) if isinstance(isolation, str) else isolation
@@ -51,34 +59,88 @@ def grade(
             raise RuntimeError(
                 f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
             )
-    reference, proof = prove(course, aid, limits, isolation, workers, strict, say=on_progress)
-    for line in proof.get("warnings", []):
-        (on_notice or (lambda text: print(f"note: {aid}: {text}", file=sys.stderr)))(line)
-    if on_progress:
-        on_progress(
-            f"{aid}: the grader proved itself in {proof.get('proof_seconds', 0):.1f} s; grading the students"
-        )
-    batch = make_batch(course, aid, reference, limits, isolation)
+    if isolation.runner == "fork":  # the workers' warm parents start now, beside the probe and the reference
+        prestart(frameworks_used(course, aid), workers)
+    proof = begin_proof(course, aid, limits, isolation, workers, strict, say=on_progress)
+    batch = make_batch(course, aid, proof.reference, limits, isolation)
     jobs = [Job(sid) for sid, folder in found.items() if force or not _is_current(batch, sid, folder)]
+    canary = None
+    if proof.record is None and scheduler:  # the canary is graded here, before the cluster gets a job
+        started = time.monotonic()
+        conclude(proof, run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep), "ran",
+                 time.monotonic() - started)  # fmt: skip
+    elif proof.record is None:
+        canary = CanaryBeside(proof)
+        jobs = [*canary.jobs, *jobs]
+    if proof.record is not None:
+        _proved(proof, on_notice, on_progress)
     results: list[Result] = []
-    with Recorder(course.db_url) as recorder:
+    try:
+        _grade_jobs(batch, jobs, workers, scheduler, canary, results, (on_result, on_notice, on_progress))
+    finally:
+        if canary is not None:
+            canary.cleanup()
+    return results
 
-        def finish(result: Result) -> None:
+
+def _proved(proof: Proof, on_notice, on_progress) -> None:
+    for line in proof.record.get("warnings", []):
+        (on_notice or (lambda text: print(f"note: {proof.aid}: {text}", file=sys.stderr)))(line)
+    if on_progress:
+        on_progress(f"{proof.aid}: the grader proved itself in {proof.seconds:.1f} s; grading the students")
+
+
+def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, results, calls) -> None:
+    """Grade ``jobs`` (the canary's first, when it runs beside them) and record each student's result in
+    this thread as it arrives, once the proof has passed; when the canary fails, no job starts any more,
+    nothing of the batch is kept, and :class:`~autograder.canary.CanaryFailed` is raised."""
+    on_result, on_notice, on_progress = calls
+    held: list[Result] = []
+    stop = threading.Event()
+    failed: list[CanaryFailed] = []
+    with Recorder(batch.course.db_url) as recorder:
+
+        def record(result: Result) -> None:
             result.inputs = batch.inputs
             t0 = time.perf_counter()
             if not result.is_error:  # the grader's failure is never a student's score
-                recorder.record(aid, result)  # gradebook first, then the result file that marks it done
+                recorder.record(batch.aid, result)  # gradebook first, then the result file that marks it done
             result.timings["record"] = time.perf_counter() - t0
-            save_result(course, result)
+            save_result(batch.course, result)
             results.append(result)
             if on_result:
                 on_result(result)
 
+        def finish(result: Result) -> None:
+            if canary is not None and canary.owns(result):
+                try:
+                    canary.arrive(result)
+                except CanaryFailed as err:
+                    failed.append(err)
+                    stop.set()
+                    return
+                if canary.proof.record is not None:
+                    _proved(canary.proof, on_notice, on_progress)
+                    for waiting in held:
+                        record(waiting)
+                    held.clear()
+            elif canary is not None and canary.proof.record is None:
+                held.append(result)  # graded before the proof passed: recorded only once it has
+            else:
+                record(result)
+
         if scheduler:
             _grade_on_dask(scheduler, batch, jobs, finish)
         else:
-            run_jobs(batch, jobs, workers, finish)
-    return results
+            run_jobs(batch, jobs, workers, finish, stop)
+    if failed:
+        for result in held:  # what this batch left of students graded meanwhile goes too
+            for nb in batch.notebooks:
+                batch.course.executed(batch.aid, result.student_id, nb or None).unlink(missing_ok=True)
+                shutil.rmtree(
+                    batch.course.kept_run(batch.aid, result.student_id, nb or None), ignore_errors=True
+                )
+        raise failed[0]
 
 
 def _is_current(batch: Batch, sid: str, folder) -> bool:

@@ -20,12 +20,13 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
 
 from autograder.course import Course
+from autograder.handin import frameworks_used
 from autograder.pipeline import Job, decide_kept, make_batch, run_jobs
 from autograder.record import sha256_regular, write_json_atomic
 from autograder.reference import Reference, build_reference
@@ -41,12 +42,15 @@ class CanaryFailed(RuntimeError):
     """The source's solutions or release did not grade as they must: the grader is not fit to grade."""
 
 
-def probe_isolation(course: Course, limits: Limits, isolation: Isolation) -> dict:
-    """Start one child as a submission's and check what it got; raise IsolationError with the fix."""
-    key = (limits, isolation, course.private_folders())
+def probe_isolation(
+    course: Course, limits: Limits, isolation: Isolation, warm: tuple[str, ...] = ("numpy",)
+) -> dict:
+    """Start one child as a submission's (forked from the warm parent of ``warm`` the students' runs use)
+    and check what it got; raise IsolationError with the fix."""
+    key = (limits, isolation, course.private_folders(), warm)
     if key in _PROBED:
         return _PROBED[key]
-    sandbox = Sandbox(limits, isolation=isolation, private=course.private_folders())
+    sandbox = Sandbox(limits, warm=warm, isolation=isolation, private=course.private_folders())
     try:
         report = sandbox.probe()
     finally:
@@ -115,14 +119,17 @@ def canary_runs(
     return course.cache / "canary-runs" / f"{aid}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
 
-def run_canary(
-    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int,
-    keep: Path | None = None,
-):  # fmt: skip
-    """Grade the solutions and the untouched release through the students' path: ``{name: result}``; their
-    runs are kept under ``keep`` when given."""
-    (course.work / "canary").mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
+CANARY = ("solutions", "release")
+
+
+def canary_sid(name: str) -> str:
+    """The canary's job id for ``name``: no student's (a student id is a folder's name, which has no ``/``)."""
+    return f"canary/{name}"
+
+
+def canary_jobs(course: Course, aid: str, reference: Reference, folder: Path, keep: Path | None) -> list[Job]:
+    """The canary's two hand-ins written under ``folder`` (the release with every answer filled in from the
+    source, and the untouched release), as jobs whose runs are kept under ``keep`` when given."""
     if keep is not None:
         shutil.rmtree(keep, ignore_errors=True)
     jobs = []
@@ -131,11 +138,28 @@ def run_canary(
         path.mkdir()
         for nb in course.notebooks(aid):
             nbformat.write(make(course, aid, nb=nb), str(path / f"{nb}.ipynb"))
-        jobs.append(Job(name, str(path), str(keep / name) if keep is not None and reference.run_key else ""))
+        kept = str(keep / name) if keep is not None and reference.run_key else ""
+        jobs.append(Job(canary_sid(name), str(path), kept))
+    return jobs
+
+
+def canary_folder(course: Course, aid: str) -> Path:
+    (course.work / "canary").mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{aid}-", dir=course.work / "canary"))  # graders may run at once
+
+
+def run_canary(
+    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int,
+    keep: Path | None = None,
+):  # fmt: skip
+    """Grade the solutions and the untouched release through the students' path: ``{name: result}``; their
+    runs are kept under ``keep`` when given."""
+    folder = canary_folder(course, aid)
     batch = make_batch(course, aid, reference, limits, isolation)
     results: dict[str, Result] = {}
     try:
-        run_jobs(batch, jobs, workers, lambda r: results.__setitem__(r.student_id, r))
+        jobs = canary_jobs(course, aid, reference, folder, keep)
+        run_jobs(batch, jobs, workers, lambda r: results.__setitem__(r.student_id.split("/", 1)[1], r))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
@@ -148,9 +172,7 @@ def redecide_canary(
     if not reference.run_key or not keep.is_dir():
         return None
     batch = make_batch(course, aid, reference, limits, isolation)
-    results = {
-        name: decide_kept(batch, Job(name, keep=str(keep / name))) for name in ("solutions", "release")
-    }
+    results = {name: decide_kept(batch, Job(canary_sid(name), keep=str(keep / name))) for name in CANARY}
     return None if None in results.values() else results
 
 
@@ -209,22 +231,93 @@ def is_strict(reference: Reference, asked: bool) -> bool:
     return asked or all(c.get("decided", "outside") == "outside" for c in reference.cells.values())
 
 
-def _canary_results(course, aid, reference, limits, isolation, workers, strict, say) -> tuple[dict, str]:
-    """The canary's two results, and how they came: decided again from its kept runs where only decisions
-    changed and they pass, else run (a failure is always seen in a real run)."""
+@dataclass
+class Proof:
+    """A proof under way (:func:`begin_proof`): the isolation probed and the reference built; ``record`` is
+    the canary's record once it passed, None while its two runs are still to come (:func:`conclude`)."""
+
+    course: Course
+    aid: str
+    reference: Reference
+    limits: Limits
+    isolation: Isolation
+    workers: int
+    strict: bool
+    key: str
+    keep: Path
+    begun: float
+    record: dict | None = None
+
+    @property
+    def seconds(self) -> float:
+        return round(time.monotonic() - self.begun, 1)
+
+
+def begin_proof(
+    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int, strict: bool = False, say=None
+) -> Proof:  # fmt: skip
+    """Probe the isolation and build the reference; take the canary's passed record from the cache, or
+    decide the canary again from its kept runs where only decisions changed and it passes. Otherwise the
+    proof's ``record`` stays None: its canary jobs must run (:func:`run_canary`, or beside the students'
+    runs, none of them recorded before :func:`conclude` passed)."""
+    from autograder.reference import STAMP_FILE, source_digest
+
+    say = say or (lambda _line: None)
+    begun = time.monotonic()
+    say(f"{aid}: proving the grader: probing the sandbox")
+    probe_isolation(course, limits, isolation, frameworks_used(course, aid))
+    stamp = course.reference_dir / aid / STAMP_FILE
+    if not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
+        say(
+            f"{aid}: proving the grader: the reference (the source's solutions run in the sandbox, or decided again)"
+        )
+    reference = build_reference(course, aid, limits=limits, isolation=isolation)
+    strict = is_strict(reference, strict)
+    key = canary_key(reference, limits, isolation, workers, strict)
     keep = canary_runs(course, aid, reference, limits, isolation, workers)
-    results, how = (
-        redecide_canary(course, aid, reference, limits, isolation, keep),
-        "decided again from its kept runs",
-    )
-    if results is None or canary_problems(results, limits, strict):  # a failure is always seen in a real run
-        say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
-        results, how = run_canary(course, aid, reference, limits, isolation, workers, keep), "ran"
-    else:
+    proof = Proof(course, aid, reference, limits, isolation, workers, strict, key, keep, begun)
+    cached = cached_canary(course, aid, key)
+    if cached and cached.get("key") == key and cached.get("passed"):
+        proof.record = cached
+        return proof
+    started = time.monotonic()
+    results = redecide_canary(course, aid, reference, limits, isolation, keep)
+    if results is not None and not canary_problems(
+        results, limits, strict
+    ):  # a failure is seen in a real run
         say(
             f"{aid}: proving the grader: the canary's kept runs decided again (only tolerances or points changed)"
         )
-    return results, how
+        conclude(proof, results, "decided again from its kept runs", time.monotonic() - started)
+    else:
+        say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
+    return proof
+
+
+def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float) -> dict:
+    """Decide the canary from its two results, keep its record (and its runs only if it passed); raise
+    :class:`CanaryFailed` when it did not pass."""
+    problems = canary_problems(results, proof.limits, proof.strict)
+    if problems:  # only a canary that passed is kept to be decided again
+        shutil.rmtree(proof.keep, ignore_errors=True)
+    record = {
+        "warnings": [] if proof.strict else release_warnings(results),
+        "key": proof.key,
+        "passed": not problems,
+        "problems": problems,
+        "seconds": round(seconds, 1),
+        "how": how,
+        "isolation": proof.isolation.describe(),
+        "scores": {name: f"{r.score:g}/{r.max_score:g} {r.status}" for name, r in results.items()},
+    }
+    write_json_atomic(canary_path(proof.course, proof.aid, proof.key), record)
+    if problems:
+        raise CanaryFailed(
+            f"{proof.aid}: the grader failed its own check, so nothing was graded or recorded:\n  "
+            + "\n  ".join(problems)
+        )
+    proof.record = record
+    return record
 
 
 def prove(
@@ -240,42 +333,35 @@ def prove(
     and the canary's record (with ``proof_seconds``, what this proof took). The source's solutions must earn
     full marks; the untouched release 0 where the rule is strict (:func:`is_strict`), else what it earns is
     listed in the record's ``warnings``. ``say`` gets a line as each step starts."""
-    from autograder.reference import STAMP_FILE, source_digest
+    proof = begin_proof(course, aid, limits, isolation, workers, strict, say)
+    if proof.record is None:
+        started = time.monotonic()
+        results = run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep)
+        conclude(proof, results, "ran", time.monotonic() - started)
+    return proof.reference, {**proof.record, "proof_seconds": proof.seconds}
 
-    say = say or (lambda _line: None)
-    begun = time.monotonic()
-    say(f"{aid}: proving the grader: probing the sandbox")
-    probe_isolation(course, limits, isolation)
-    stamp = course.reference_dir / aid / STAMP_FILE
-    if not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
-        say(
-            f"{aid}: proving the grader: the reference (the source's solutions run in the sandbox, or decided again)"
-        )
-    reference = build_reference(course, aid, limits=limits, isolation=isolation)
-    strict = is_strict(reference, strict)
-    key = canary_key(reference, limits, isolation, workers, strict)
-    cached = cached_canary(course, aid, key)
-    if cached and cached.get("key") == key and cached.get("passed"):
-        return reference, {**cached, "proof_seconds": round(time.monotonic() - begun, 1)}
-    started = time.monotonic()
-    results, how = _canary_results(course, aid, reference, limits, isolation, workers, strict, say)
-    problems = canary_problems(results, limits, strict)
-    if problems:  # only a canary that passed is kept to be decided again
-        shutil.rmtree(canary_runs(course, aid, reference, limits, isolation, workers), ignore_errors=True)
-    record = {
-        "warnings": [] if strict else release_warnings(results),
-        "key": key,
-        "passed": not problems,
-        "problems": problems,
-        "seconds": round(time.monotonic() - started, 1),
-        "how": how,
-        "isolation": isolation.describe(),
-        "scores": {name: f"{r.score:g}/{r.max_score:g} {r.status}" for name, r in results.items()},
-    }
-    write_json_atomic(canary_path(course, aid, key), record)
-    if problems:
-        raise CanaryFailed(
-            f"{aid}: the grader failed its own check, so nothing was graded or recorded:\n  "
-            + "\n  ".join(problems)
-        )
-    return reference, {**record, "proof_seconds": round(time.monotonic() - begun, 1)}
+
+class CanaryBeside:
+    """The canary run on the students' workers, first in their queue, so that no core waits for it: the
+    students' results that arrive before it passed are held, never recorded, until :meth:`arrive` has
+    both of its results and :func:`conclude` passed (it raises otherwise)."""
+
+    def __init__(self, proof: Proof):
+        self.proof, self.results, self.started = proof, {}, time.monotonic()
+        self.folder = canary_folder(proof.course, proof.aid)
+        self.jobs = canary_jobs(proof.course, proof.aid, proof.reference, self.folder, proof.keep)
+        self.sids = {job.sid for job in self.jobs}
+
+    def owns(self, result: Result) -> bool:
+        return result.student_id in self.sids
+
+    def arrive(self, result: Result) -> bool:
+        """Take one of the canary's results; True once both are in and the canary passed."""
+        self.results[result.student_id.split("/", 1)[1]] = result
+        if len(self.results) < len(CANARY):
+            return False
+        conclude(self.proof, self.results, "ran", time.monotonic() - self.started)
+        return True
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -18,19 +18,21 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
 
     The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn. A
     source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
-    pays on its first ``torch.compile``); none of these starts a thread when imported.
+    pays on its first ``torch.compile``), and one that profiles gets ``torch._dynamo`` (1 s its first
+    ``torch.profiler.profile`` imports); none of these starts a thread when imported.
     """
     text = "".join(
         course.source_notebook(aid, nb).read_text(encoding="utf-8") for nb in course.notebooks(aid)
     )
     compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
+    profiles = "torch.profiler" in text  # its first profile imports torch._dynamo: 1 s in every kernel
     uses = {
         "numpy": "numpy" in text,
         "dlcourse": "dlcourse" in text,
         "torch": "torch" in text or "dlcourse.banner()" in text,
         "sklearn": "sklearn" in text or "dlcourse.data" in text,
         "tensorflow": "tensorflow" in text,
-        "torch._dynamo": compiles,
+        "torch._dynamo": compiles or profiles,
         "torch._inductor.compile_fx": compiles,
         "torch.export": compiles,
     }
@@ -38,10 +40,20 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
 
 
 def _findable(module: str) -> bool:
+    """Whether ``module`` is installed, without importing it (``find_spec`` of a submodule imports its
+    package: 1.4 s of torch in the grader for ``torch._dynamo``)."""
+    top, _, rest = module.partition(".")
     try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a submodule of a package that is not installed
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
         return False
+    if spec is None or not rest:
+        return spec is not None
+    for folder in spec.submodule_search_locations or ():
+        path = Path(folder, *rest.split("."))
+        if path.with_suffix(".py").is_file() or (path / "__init__.py").is_file():
+            return True
+    return False
 
 
 def submissions(course: Course, aid: str, students: list[str] | None = None) -> dict[str, Path]:

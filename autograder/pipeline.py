@@ -564,12 +564,15 @@ def grade_with_retry(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Resu
     return result
 
 
-def run_jobs(b: Batch, jobs: list[Job], workers: int, finish: Callable[[Result], None]) -> None:
-    """Grade ``jobs`` on ``workers`` local worker threads; ``finish`` gets each result in this thread."""
+def run_jobs(
+    b: Batch, jobs: list[Job], workers: int, finish: Callable[[Result], None], stop: threading.Event | None = None
+) -> None:  # fmt: skip
+    """Grade ``jobs`` in order on ``workers`` local worker threads; ``finish`` gets each result in this
+    thread. Once ``stop`` is set, no job starts (those running finish)."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
-    done: queue.Queue[Result] = queue.Queue()
+    done: queue.Queue[Result | None] = queue.Queue()
 
     def worker(slot: int) -> None:
         ready: Sandbox | None = None
@@ -578,6 +581,9 @@ def run_jobs(b: Batch, jobs: list[Job], workers: int, finish: Callable[[Result],
                 job = pending.get_nowait()
             except queue.Empty:
                 break
+            if stop is not None and stop.is_set():
+                done.put(None)  # not graded
+                continue
             current = None
             try:
                 current = ready or b.sandbox(slot).start()
@@ -596,6 +602,8 @@ def run_jobs(b: Batch, jobs: list[Job], workers: int, finish: Callable[[Result],
     for thread in threads:
         thread.start()
     for _ in jobs:
-        finish(done.get())
+        result = done.get()
+        if result is not None:
+            finish(result)
     for thread in threads:
         thread.join()

@@ -34,6 +34,7 @@ from autograder.api import (
     ROOT,
     Course,
     Limits,
+    cold_start,
     execute_notebook,
     grade,
     is_graded_test,
@@ -63,12 +64,20 @@ TIMING_KEYS = (
     "record",
 )
 TARGETS = {
-    "autograder_vs_nbgrader": 3.0,
+    # a new instructor's first class: the heaviest torch assignment, nothing cached, the proof included
+    "first_class_vs_nbgrader": 4.0,
+    # the main run's 80 submissions (A3 + A1), also graded as a first class
+    "autograder_vs_nbgrader": 8.0,
     "lower_bound_vs_autograder": 0.8,
-    "overhead_seconds": 0.5,
+    "overhead_seconds": 0.15,  # median overhead on the critical path, worst assignment
+    "overhead_vs_nbgrader_overhead": 0.05,  # ... against nbgrader's per-notebook overhead in the same run
     "a4_vs_a3_per_submission": 2.0,  # median seconds of one submission, A4 against A3
+    "regrade_anew_vs_regrade": 20.0,  # after a tolerance-only edit, worst assignment
+    "wall_vs_cells_per_core": 1.25,  # the main run's wall / (the students' own cell seconds / cores)
     "scaling_40_vs_10": 1.15,  # seconds per submission at 40 against 10, same workers: flat
 }
+AT_LEAST = {"first_class_vs_nbgrader", "autograder_vs_nbgrader", "regrade_anew_vs_regrade"}
+FIRST_CLASS_COUNT = 20
 FULL_COUNT, QUICK_COUNT, A4_COUNT = 40, 4, 8
 SCALING_SIZES = (10, 20)
 
@@ -206,19 +215,47 @@ def autograder_limits(workers: int) -> Limits:
     return replace(Limits(), threads=max(1, cores // max(1, workers)))
 
 
+PROOF_STEPS = (  # what grade() says as each step of its proof starts, and the step's name here
+    ("proving the grader: probing", "probe (the warm parents start meanwhile)"),
+    ("proving the grader: the reference", "reference"),
+    ("proving the grader: grading the solutions", "canary (beside the first students)"),
+    ("proving the grader: the canary's kept runs", "canary (decided again)"),
+    ("the grader proved itself", "proved"),
+)
+
+
 def grade_with_autograder(
     course: Course, aid: str, workers: int, students: list[str] | None = None, **options
 ) -> tuple[dict, list[dict]]:
-    """``options``: ``isolation`` (default: what ``auto`` resolves to)."""
+    """``options``: ``isolation`` (default: what ``auto`` resolves to). The result says when each step of the
+    proof began (seconds from the start) and when the first result was recorded."""
     isolation = options.pop("isolation", resolve("auto"))
+    said, first = [], []
     start = time.perf_counter()
+
+    def progress(line: str) -> None:
+        step = next((name for text, name in PROOF_STEPS if text in line), None)
+        if step:
+            said.append((step, round(time.perf_counter() - start, 2)))
+
+    def arrived(_result) -> None:
+        if not first:
+            first.append(round(time.perf_counter() - start, 2))
+
     with MemorySampler() as memory:
         rows = grade(
             course, aid, workers=workers, limits=autograder_limits(workers), students=students, force=True,
-            isolation=isolation, **options,
+            isolation=isolation, on_progress=progress, on_result=arrived, **options,
         )  # fmt: skip
     seconds = time.perf_counter() - start
-    extra = {"workers": workers, "runner": isolation.runner, "isolation": isolation.describe()}
+    cells = sum(r.timings.get("child_notebook", 0.0) for r in rows)
+    cores = os.cpu_count() or 1
+    extra = {
+        "workers": workers, "runner": isolation.runner, "isolation": isolation.describe(),
+        "proof_steps": said, "first_result_seconds": first[0] if first else None,
+        "cell_seconds": round(cells, 2),
+        "wall_vs_cells_per_core": round(seconds / (cells / cores), 3) if cells else None,
+    }  # fmt: skip
     if memory.peaks:
         extra["memory_mb"] = memory.summary()
     return way(len(rows), seconds, **extra), [r.to_dict() for r in rows]  # as the results file records it
@@ -392,8 +429,10 @@ def benchmark_assignment(
 ) -> dict:
     log(f"{aid}: releasing a throwaway course, copying it, generating {count} submissions")
     nbgrader_course = throwaway_course(aid)
+    # the autograder grades as a first class: an empty cache (no reference, canary or compile cache)
+    cold_cache = Path(tempfile.mkdtemp(prefix=f"bench-cold-cache-{aid}-"))
     autograder_course = Course(
-        root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")), cache_root=GRADER_CACHE
+        root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")), cache_root=cold_cache
     )
     # a copy of the released course (release, gradebook and all): the same start, one release paid
     shutil.copytree(nbgrader_course.root, autograder_course.root, dirs_exist_ok=True)
@@ -401,8 +440,9 @@ def benchmark_assignment(
         made = make_submissions(nbgrader_course, aid, count, quick=quick)
         for course in (nbgrader_course, autograder_course):
             write_submissions(course, aid, made)
-        # the reference and the canary, built (or found) before anything is timed
-        reference, _ = prove(autograder_course, aid, autograder_limits(workers), resolve("auto"), workers)
+        # nbgrader's and the lower bound's reference (their hidden cases need it): built, untimed, in the
+        # benchmark's own cache; the autograder's way builds its own, timed
+        reference, _ = prove(nbgrader_course, aid, autograder_limits(workers), resolve("auto"), workers)
         log(f"{aid}: reference {reference.directory} ({len(reference.cases)} cases)")
         results: dict = {}
 
@@ -418,7 +458,8 @@ def benchmark_assignment(
             results["lower_bound"] = execute_bare(nbgrader_course, aid, made, reference.directory, threads)
 
         def run_autograder_way() -> None:
-            log(f"{aid}: autograder, {workers} workers")
+            log(f"{aid}: autograder, {workers} workers, as a first class (nothing cached, the proof timed)")
+            cold_start()
             results["autograder"], results["rows"] = grade_with_autograder(autograder_course, aid, workers)
 
         order: list[Callable[[], None]] = [run_nbgrader_way, run_bare_way, run_autograder_way]
@@ -441,6 +482,10 @@ def benchmark_assignment(
                 "median_setup_cell_seconds": median(
                     setup_cell_seconds(autograder_course, aid, results["rows"])
                 ),
+                # plain nbgrader's per notebook: its seconds per submission less the cells' own
+                "nbgrader_per_notebook": round(
+                    (results["nbgrader"]["seconds"] - ag["cell_seconds"]) / len(made), 3
+                ),
             },
             "submissions": submission_rows(made, results["rows"]),
         }
@@ -457,6 +502,50 @@ def benchmark_assignment(
     finally:
         for course in (nbgrader_course, autograder_course):
             shutil.rmtree(course.root, ignore_errors=True)
+        shutil.rmtree(cold_cache, ignore_errors=True)
+
+
+def first_class_assignment(known: list[str]) -> str | None:
+    """The heaviest torch assignment of those the issue names (A5: mixed precision, profiling), else A3."""
+    return next((aid for aid in ("A5", "A3") if aid in known), None)
+
+
+def measure_first_class(workers: int, aid: str | None = None, count: int = FIRST_CLASS_COUNT) -> dict:
+    """A new instructor's first class: ``count`` submissions of the heaviest torch assignment, graded by the
+    autograder from nothing (an empty cache, no warm parent: the isolation probe, the reference and the
+    canary timed with the students), then by plain ``nbgrader autograde`` given the reference it built (its
+    hidden cases need one). The proof's steps are timed from what ``grade`` says as each starts."""
+    aid = aid or first_class_assignment(Course().assignments())
+    if aid is None:
+        return {"error": "no torch assignment (A5 or A3) in source/"}
+    log(f"first class: {aid}, {count} submissions, nothing cached")
+    nbgrader_course = throwaway_course(aid)
+    cold_cache = Path(tempfile.mkdtemp(prefix="bench-first-class-cache-"))
+    course = Course(root=Path(tempfile.mkdtemp(prefix=f"bench-first-{aid}-")), cache_root=cold_cache)
+    shutil.copytree(nbgrader_course.root, course.root, dirs_exist_ok=True)
+    try:
+        made = make_submissions(nbgrader_course, aid, count)
+        for each in (nbgrader_course, course):
+            write_submissions(each, aid, made)
+        cold_start()
+        ours, rows = grade_with_autograder(course, aid, workers)
+        log(f"first class: autograder {ours['seconds']:.1f} s; nbgrader autograde, sequential")
+        theirs, scores = grade_with_nbgrader(nbgrader_course, aid, made, course.reference_dir / aid)
+        return {
+            "assignment": aid,
+            "submissions": count,
+            "kinds": {k: sum(s.kind == k for s in made) for k in ("perfect", "partial", "blank", "broken")},
+            "order": ["autograder", "nbgrader"],
+            "autograder": ours,
+            "nbgrader": theirs,
+            "autograder_vs_nbgrader": round(theirs["seconds"] / ours["seconds"], 3),
+            "scores": compare_scores(made, scores, rows),
+            "overhead": overhead(rows, ours["seconds"], workers),
+        }
+    finally:
+        for each in (nbgrader_course, course):
+            shutil.rmtree(each.root, ignore_errors=True)
+        shutil.rmtree(cold_cache, ignore_errors=True)
 
 
 def loosen_a_hidden_tolerance(source: str) -> tuple[str, str]:
@@ -600,27 +689,54 @@ def measure_a4(workers: int) -> dict:
     return out
 
 
-def targets(total: dict, per_assignment: list[dict], cores: int, a4: dict | None = None) -> dict:
-    r = total["ratios"]
+def peak_pss(entry: dict) -> int | None:
+    """The largest peak PSS of one worker (its warm parent and children) in a graded run, MB."""
+    peaks = [m["peak_pss"] for m in (entry.get("memory_mb") or {}).values()]
+    return max(peaks) if peaks else None
+
+
+def measured_figures(total: dict, per_assignment: list[dict], a4: dict | None, first: dict | None) -> dict:
+    """Each target's figure from this run (None where it was not measured)."""
+
+    def worst(values, pick=max):
+        values = [v for v in values if v is not None]
+        return pick(values) if values else None
+
     overheads = [a["overhead"]["median_overhead_on_critical_path"] for a in per_assignment]
-    worst_overhead = max((o for o in overheads if o is not None), default=None)
-    flat = next((a["scaling_40_vs_10"] for a in per_assignment if "scaling_40_vs_10" in a), None)
-    a4_ratio = (a4 or {}).get("a4_vs_a3_per_submission")
-    met = {
-        "autograder_vs_nbgrader": r["autograder_vs_nbgrader"] >= TARGETS["autograder_vs_nbgrader"],
-        "lower_bound_vs_autograder": r["lower_bound_vs_autograder"] <= TARGETS["lower_bound_vs_autograder"],
-        "overhead_seconds": worst_overhead is not None and worst_overhead <= TARGETS["overhead_seconds"],
-        "a4_vs_a3_per_submission": a4_ratio is not None and a4_ratio <= TARGETS["a4_vs_a3_per_submission"],
-        "scaling_40_vs_10": flat is not None and flat <= TARGETS["scaling_40_vs_10"],
-    }
+    theirs = [a["overhead"].get("nbgrader_per_notebook") for a in per_assignment]
+    against = [o / t if o is not None and t else None for o, t in zip(overheads, theirs, strict=True)]
+    cells = sum(a["autograder"].get("cell_seconds") or 0.0 for a in per_assignment)
+    wall = sum(a["autograder"]["seconds"] for a in per_assignment)
+    cores = os.cpu_count() or 1
+    memory = []
+    for a in per_assignment:
+        ten = next((e for e in a.get("scaling", []) if e["submissions"] == SCALING_SIZES[0]), None)
+        if ten and peak_pss(ten) and peak_pss(a["autograder"]):
+            memory.append(round(peak_pss(a["autograder"]) / peak_pss(ten), 3))
+    return {
+        **total["ratios"],
+        "first_class_vs_nbgrader": (first or {}).get("autograder_vs_nbgrader"),
+        "overhead_seconds": worst(overheads),
+        "overhead_vs_nbgrader_overhead": round(worst(against), 4) if worst(against) is not None else None,
+        "a4_vs_a3_per_submission": (a4 or {}).get("a4_vs_a3_per_submission"),
+        "regrade_anew_vs_regrade": worst([(a.get("regrade") or {}).get("anew_vs_regrade") for a in per_assignment], min),
+        "wall_vs_cells_per_core": round(wall / (cells / cores), 3) if cells else None,
+        "scaling_40_vs_10": next((a["scaling_40_vs_10"] for a in per_assignment if "scaling_40_vs_10" in a), None),
+        "memory_pss_40_vs_10": worst(memory),  # reported: no growth wanted
+    }  # fmt: skip
+
+
+def targets(
+    total: dict, per_assignment: list[dict], cores: int, a4: dict | None = None, first: dict | None = None
+) -> dict:
+    measured = measured_figures(total, per_assignment, a4, first)
+    met = {}
+    for key, target in TARGETS.items():
+        value = measured.get(key)
+        met[key] = value is not None and (value >= target if key in AT_LEAST else value <= target)
     return {
         "targets": TARGETS,
-        "measured": {
-            **r,
-            "overhead_seconds": worst_overhead,
-            "a4_vs_a3_per_submission": a4_ratio,
-            "scaling_40_vs_10": flat,
-        },  # fmt: skip
+        "measured": measured,
         "met": met,
         "note": "targets are set for a 2-core machine"
         + ("" if cores == 2 else f"; this one has {cores} cores"),
@@ -635,6 +751,10 @@ def run_grading(quick: bool = False, workers: int | None = None) -> dict:
     count = QUICK_COUNT if quick else FULL_COUNT
     private_uid_range()
     resolve("auto")  # probed once, before anything is timed
+    try:  # first, before anything of the run has warmed the machine's caches
+        first = measure_first_class(workers, *(("A1", 2) if quick else ()))
+    except Exception as err:  # recorded, and the target shows as not measured
+        first = {"error": f"{type(err).__name__}: {str(err)[:500]}"}
     per_assignment = [
         benchmark_assignment(
             aid, count, quick, workers, reverse=index % 2 == 1, scaling=index == 0 and not quick
@@ -643,7 +763,8 @@ def run_grading(quick: bool = False, workers: int | None = None) -> dict:
     ]
     if quick:
         notes.append(
-            "--quick: 4 cheap submissions of A1 (one partial, one blank, two broken), no scaling runs; figures are a smoke test"
+            "--quick: 4 cheap submissions of A1 (one partial, one blank, two broken), no scaling runs, a first "
+            "class of 2 A1 submissions; figures are a smoke test"
         )
     total = totals(per_assignment)
     a4 = None
@@ -655,9 +776,10 @@ def run_grading(quick: bool = False, workers: int | None = None) -> dict:
     return {
         "workers": workers,
         "cores": cores,
+        "first_class": first,
         "assignments": per_assignment,
         "total": total,
         "a4": a4,
-        "targets": targets(total, per_assignment, cores, a4),
+        "targets": targets(total, per_assignment, cores, a4, first),
         "notes": notes,
     }

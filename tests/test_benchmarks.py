@@ -44,6 +44,17 @@ def test_quick_run_records_a_well_formed_run(root, tmp_path):
     assert a1["scores"]["honest_compared"] == a1["kinds"]["partial"] + a1["kinds"]["blank"]
     assert {s["status"] for s in a1["submissions"] if s["kind"] == "broken"} == {"unreadable"}
     assert set(grading["targets"]["met"]) == set(TARGETS)
+    first = grading["first_class"]  # a first class: nothing cached, the proof's steps timed, then nbgrader
+    assert first["assignment"] == "A1" and first["submissions"] == 2 and first["autograder_vs_nbgrader"] > 0
+    steps = dict(first["autograder"]["proof_steps"])
+    assert list(steps)[:2] == ["probe (the warm parents start meanwhile)", "reference"] and "proved" in steps
+    assert list(steps.values()) == sorted(steps.values())
+    assert steps["proved"] <= first["autograder"]["first_result_seconds"] <= first["autograder"]["seconds"]
+    assert first["autograder"]["cell_seconds"] > 0 and first["nbgrader"]["seconds"] > 0
+    measured = grading["targets"]["measured"]
+    for key in ("first_class_vs_nbgrader", "overhead_vs_nbgrader_overhead", "wall_vs_cells_per_core"):
+        assert measured[key] > 0, key
+    assert a1["autograder"]["proof_steps"]  # the main run is graded as a first class too
     assert grading["targets"]["measured"]["a4_vs_a3_per_submission"] is None  # --quick measures no A4
     if a1["autograder"]["runner"] == "fork":  # each worker's warm parent and its children, RSS and PSS
         assert all(m["peak_pss"] <= m["peak_rss"] for m in a1["autograder"]["memory_mb"].values())
@@ -66,7 +77,7 @@ def test_quick_run_records_a_well_formed_run(root, tmp_path):
     assert all(c["rows"] or c["skipped"] for c in claims.values())
 
     text = (tmp_path / "RESULTS.md").read_text()
-    for heading in ("## Grading throughput", "### Targets", "### Overhead per submission", "## Course run time",
+    for heading in ("## Grading throughput", "### A first class", "### Targets", "### Overhead per submission", "## Course run time",
                     "## The lectures' speed claims"):  # fmt: skip
         assert heading in text
     assert runs[0].name in text and (tmp_path / "results" / "summary.png").stat().st_size > 0

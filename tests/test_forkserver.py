@@ -206,3 +206,53 @@ def test_both_runners_load_the_frameworks_but_leave_no_name_behind(runner):
     )
     assert outcome.status == "finished", outcome.detail
     assert outcome.summary["cells"][0]["output"].strip() == "[] True"
+
+
+def test_the_frameworks_of_an_assignment_are_found_without_importing_them(tmp_path):
+    """Which modules a warm parent imports is decided in the grader without importing them there: a submodule's
+    ``find_spec`` imports its package (torch, 1.4 s, in the grader's own process and before anything runs)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from autograder.handin import _findable\n"
+        "assert [_findable(m) for m in ('torch._dynamo', 'torch._inductor.compile_fx', 'numpy', 'torch.nosuch',"
+        " 'nosuch', 'nosuch.sub')] == [True, True, True, False, False, False]\n"
+        "assert 'torch' not in sys.modules and 'numpy' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_warm_parents_of_different_slots_start_at_the_same_time(monkeypatch):
+    """Starting slot 1's warm parent (seconds of imports) must not hold up slot 0's, which is already up."""
+    import threading
+    import time
+
+    started = threading.Event()
+
+    class Slow:
+        dead = False
+
+        def __init__(self, warm):
+            self.process = type("P", (), {"poll": staticmethod(lambda: None), "pid": 0})()
+
+        def start(self):
+            started.set()
+            time.sleep(3)
+            return self
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(forkserver, "_SERVERS", {})
+    monkeypatch.setattr(forkserver, "ForkServer", Slow)
+    first = forkserver.server_for(("numpy",), 0)
+    started.clear()
+    second = threading.Thread(target=forkserver.server_for, args=(("numpy",), 1))
+    second.start()
+    assert started.wait(5)
+    t0 = time.monotonic()
+    assert forkserver.server_for(("numpy",), 0) is first
+    assert time.monotonic() - t0 < 1
+    second.join()

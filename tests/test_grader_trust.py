@@ -16,7 +16,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import canary, cli, workflows
+from autograder import canary, cli, pipeline, workflows
 from autograder.batch import grade
 from autograder.canary import CanaryFailed
 from autograder.course import Course, nbgrader_meta
@@ -138,20 +138,55 @@ def test_memory_too_small_to_start_a_kernel_refuses_and_scores_nobody(tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_source_whose_release_earns_points_is_refused_and_nothing_is_recorded(tmp_path):
+def test_a_source_whose_release_earns_points_is_refused_and_nothing_is_recorded(tmp_path, monkeypatch):
     course = toy_course(
         tmp_path, hidden_square='check("t1.square.constant", [0, 1, 2])', public_square="import numpy as np"
     )
-    submit(course, "ada", filled(course, "T1"))
+    students = [f"s{i}" for i in range(8)]
+    for sid in students:
+        submit(course, sid, filled(course, "T1"))
+    started = []
+    grade_one = pipeline.grade_with_retry
+    monkeypatch.setattr(
+        pipeline, "grade_with_retry", lambda b, job, *a: started.append(job.sid) or grade_one(b, job, *a)
+    )
     with pytest.raises(CanaryFailed, match="untouched release got 40 points: the tests of test_square pass"):
         grade(course, "T1", workers=2, limits=LIMITS, isolation="basic")
+    # the canary ran first on the students' two workers: once it failed, no other submission started
+    assert sorted(started[:2]) == ["canary/release", "canary/solutions"] and len(started) <= 2 + 2
     assert not (course.work / "results").exists()
     from nbgrader.api import Gradebook
 
     with Gradebook(course.db_url) as gb:
         assert gb.find_assignment("T1").submissions == []
+    # nothing of the students run beside the canary is left: no autograded notebook, no kept run
+    assert not any(course.executed("T1", sid).exists() for sid in students)
+    assert not any(course.kept_run("T1", sid).exists() for sid in students)
     (record,) = (course.cache / "canary").glob("T1-*.json")
     assert json.loads(record.read_text())["passed"] is False
+
+
+@pytest.mark.slow
+def test_results_graded_beside_the_canary_are_recorded_only_after_it_passed(tmp_path, monkeypatch):
+    course = toy_course(tmp_path)
+    for sid in ("ada", "ben", "cyd", "dan"):
+        submit(course, sid, filled(course, "T1"))
+    order = []
+    conclude = canary.conclude
+    monkeypatch.setattr(canary, "conclude", lambda *a, **k: order.append("proved") or conclude(*a, **k))
+    rows = grade(
+        course,
+        "T1",
+        workers=2,
+        limits=LIMITS,
+        isolation="basic",
+        on_result=lambda r: order.append(r.student_id),
+    )
+    assert order[0] == "proved" and sorted(order[1:]) == ["ada", "ben", "cyd", "dan"]
+    assert {r.student_id: r.score for r in rows} == {"ada": 100, "ben": 100, "cyd": 100, "dan": 100}
+    # a second batch finds the canary passed in the cache: nothing of it runs
+    monkeypatch.setattr(canary, "canary_jobs", lambda *a, **k: pytest.fail("the canary ran again"))
+    assert len(grade(course, "T1", workers=2, limits=LIMITS, isolation="basic", force=True)) == 4
 
 
 @pytest.mark.slow
@@ -175,6 +210,7 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
     # A second batch: the canary is cached (not run again), then every kernel fails to start.
     ran = []
     monkeypatch.setattr(canary, "run_canary", lambda *a, **k: ran.append(a) or {})
+    monkeypatch.setattr(canary, "canary_jobs", lambda *a, **k: ran.append(a) or [])
     monkeypatch.setattr(
         Sandbox, "command", lambda self, probe=False: [sys.executable, "-c", "raise SystemExit(3)"]
     )

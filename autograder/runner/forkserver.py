@@ -236,19 +236,26 @@ def _receive(sock: socket.socket) -> dict | None:
 
 
 _SERVERS: dict[tuple, ForkServer] = {}
-_SERVERS_LOCK = threading.Lock()
+_SERVERS_LOCK = threading.Lock()  # guards the two dicts; each parent starts under its own lock
+_STARTING: dict[tuple, threading.Lock] = {}
 
 
 def server_for(warm: tuple[str, ...], slot: int) -> ForkServer:
     """The warm parent of grading worker ``slot`` in this process (a Dask worker process has its own),
-    started on first use and kept until the process ends; a dead one is replaced."""
+    started on first use and kept until the process ends; a dead one is replaced. Parents of different
+    slots start at the same time (a start takes seconds of imports)."""
     key = (tuple(warm), slot, sys.executable)  # (the sandbox shows the kernels this interpreter's folders)
     with _SERVERS_LOCK:
-        server = _SERVERS.get(key)
+        starting = _STARTING.setdefault(key, threading.Lock())
+    with starting:
+        with _SERVERS_LOCK:
+            server = _SERVERS.get(key)
         if server is None or server.dead or server.process.poll() is not None:
             if server is not None:
                 server.stop()
-            server = _SERVERS[key] = ForkServer(tuple(warm)).start()
+            server = ForkServer(tuple(warm)).start()
+            with _SERVERS_LOCK:
+                _SERVERS[key] = server
         return server
 
 

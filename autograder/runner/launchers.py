@@ -48,6 +48,24 @@ def fork(request: ChildRequest, warm: tuple[str, ...], slot: int):
     return server_for(warm, slot).spawn(request)
 
 
+def prestart(warm: tuple[str, ...], slots: int) -> None:
+    """Start the warm parents of grading workers ``0 .. slots - 1`` now, in the background and at the same
+    time, so that they are up when the proof and the students' runs need them (a failed start shows there,
+    where the parent is asked for)."""
+    import threading
+
+    from autograder.runner.forkserver import server_for
+
+    def start(slot: int) -> None:
+        try:
+            server_for(warm, slot)
+        except Exception:  # noqa: BLE001 (raised again, with its reason, when a run asks for this parent)
+            pass
+
+    for slot in range(max(1, slots)):
+        threading.Thread(target=start, args=(slot,), daemon=True, name=f"warm-parent-{slot}").start()
+
+
 def probe(argv: list[str] | None, request: ChildRequest, warm: tuple[str, ...], slot: int) -> tuple[str, int]:
     """Start a probing child (``argv``, or forked where ``argv`` is None); its output and exit status."""
     if argv is None:

@@ -313,6 +313,9 @@ def read_summary_data(data) -> dict:
                 for k, v in entry.items()
                 if isinstance(v, str | int | type(None)) and not isinstance(v, bool)
             }
+            seconds = entry.get("seconds")  # how long the cell ran, as the child measured it (reported only)
+            if type(seconds) is float and 0 <= seconds < 1e7:
+                clean["seconds"] = seconds
             cells.append(clean)
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
     timings = {
