@@ -366,7 +366,9 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
         summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
     timings["notebook"] = time.perf_counter() - started
     # the kernel first: nothing may change the capture while it is read
+    started = time.perf_counter()
     run_sync(client.km.shutdown_kernel)(now=True)
+    timings["kernel_stop"] = time.perf_counter() - started
     files, problems = read_capture(scratch / "capture")
     report = encode_report(summary, outputs, files, problems)
     out = sys.stdout.buffer
