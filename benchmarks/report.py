@@ -188,9 +188,12 @@ def grading_section(name: str, run: dict) -> list[str]:
                       "peak PSS, all", "processes at peak"], rows)  # fmt: skip
     a4 = g.get("a4")
     if a4 and "error" not in a4:
-        out += ["### A4 against A3: warm parents and the shared compile cache", "",
+        out += ["### A4 against A3: warm parents", "",
                 f"{a4['submissions']} submissions each (perfect, partial, blank, broken), graded side by side in "
-                "this run: A4 three ways, A3 the default way; median seconds of one submission.", ""]  # fmt: skip
+                "this run: A4 spawned (a fresh interpreter each) and forked from a warm parent (since 2026-11-26 "
+                "one that has also probed the CPU's vector instructions for torch.compile, 8 s a kernel paid on its "
+                "first compile), A3 the default way; median seconds of one submission. No run gets another's "
+                "compile cache.", ""]  # fmt: skip
         names = [k for k in a4 if isinstance(a4[k], dict) and "median_submission_seconds" in a4[k]]
         rows = [[name, fmt(a4[name]["median_submission_seconds"]), f"{a4[name]['seconds']:.1f}",
                  ", ".join(fmt(x) for x in a4[name]["scores"])] for name in names]  # fmt: skip

@@ -256,3 +256,18 @@ def test_warm_parents_of_different_slots_start_at_the_same_time(monkeypatch):
     assert forkserver.server_for(("numpy",), 0) is first
     assert time.monotonic() - t0 < 1
     second.join()
+
+
+def test_a_kernel_of_a_compiling_assignment_starts_with_the_vector_isa_probed():
+    """torch.compile's first call on a CPU compiles C++ probes of the machine's vector instructions (8 s); the
+    warm parent of an assignment that compiles asks once, and each forked kernel starts with the answer."""
+    code = (
+        "from torch._inductor import cpu_vec_isa\nprint(cpu_vec_isa.valid_vec_isa_list.cache_info().currsize)"
+    )
+    notebook = nbformat.v4.new_notebook(cells=[new_code_cell(code)])
+    warm = ("numpy", "torch", "torch._dynamo", "torch._inductor.compile_fx")
+    outcome = run_in_sandbox(notebook, warm, resolve("basic", "fork"))
+    assert outcome.status == "finished", outcome.detail
+    assert outcome.summary["cells"][0]["output"].strip() == "1"
+    plain = run_in_sandbox(notebook, ("numpy", "torch"), resolve("basic", "fork"))  # not asked: not known
+    assert plain.summary["cells"][0]["output"].strip() == "0"

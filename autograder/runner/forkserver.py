@@ -276,6 +276,18 @@ def stop_all() -> None:
 # ----------------------------------------------------------------------------- the warm parent
 
 
+def pick_vector_isa() -> None:
+    """The first ``torch.compile`` on a CPU compiles a few C++ probes of the machine's vector instructions (8 s
+    on a 2-core machine, most of a small compile) and keeps the answer in memory: asked here once, every
+    kernel forked from this parent has it. The probes are fixed code of torch's, nothing of a notebook's."""
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.pick_vec_isa()
+    except Exception as err:  # the kernels find it themselves, as in a plain kernel
+        print(f"warm parent: torch's vector-ISA probe failed: {type(err).__name__}: {err}", flush=True)
+
+
 def serve(sock: socket.socket, warm: list[str]) -> None:
     started = time.perf_counter()
     imported = []
@@ -285,6 +297,8 @@ def serve(sock: socket.socket, warm: list[str]) -> None:
             imported.append(name)
         except Exception as err:  # a module the set-up cell names but this environment lacks
             print(f"warm parent: import {name} failed: {type(err).__name__}: {err}", flush=True)
+    if "torch._inductor.compile_fx" in imported:
+        pick_vector_isa()
     imports = time.perf_counter() - started
     count = thread_count()
     if count != 1:  # forking now would copy locks held by threads that the children would not have
