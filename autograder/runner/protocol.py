@@ -286,6 +286,9 @@ def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
         # torch.compile's caches: the run's own, seeded with a copy of the reference run's (Sandbox.prepare)
         "TORCHINDUCTOR_CACHE_DIR": str(home / COMPILE_CACHE),
         "TRITON_CACHE_DIR": str(home / COMPILE_CACHE / "triton"),
+        # no precompiled header: each run would build its own, 150 MB in its memory-limited tmpfs and 3.7 s,
+        # for the one or two kernels a notebook compiles (each then parses the header itself, about 1 s)
+        "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
         **QUIET_ENV,
         "PYTHONDONTWRITEBYTECODE": "1",
         "DLCOURSE_CAPTURE": str(scratch / "capture"),
