@@ -1,16 +1,19 @@
 """Before a batch is graded, the grader grades itself.
 
-1. **Probe** the isolation: start one child exactly as a submission's (same sandbox, user id, limits) up
-   to where its kernel would start, and check that Python runs there, that it has no network and that the
-   course's private folders are out of its sight (where the mode promises that).
+1. **Probe** the isolation: start one child exactly as a submission's (same sandbox, user id, limits,
+   forked from the warm parent the students' runs use) up to where its kernel would start, and check that
+   Python runs there, that it has no network and that the course's private folders are out of its sight
+   (where the mode promises that).
 2. **Reference**: built in that sandbox and calibrated across thread counts (:mod:`autograder.reference`).
 3. **Canary**: grade the source's own solutions (the release with every answer filled in from the
    source) and the untouched release through the students' path: same sandbox, limits, workers, thread
-   settings and reference. The solutions must get full marks, unflagged, and the release 0.
+   settings and reference. The solutions must get full marks, unflagged, and the release 0. A batch runs
+   the canary first on its own workers, with the students queued behind it (:class:`CanaryBeside`).
 
-Unless all three hold, nothing is graded or recorded: :class:`CanaryFailed` (or ``IsolationError``, or
-``ReferenceError``) says in a few lines what differed and how to fix it. A canary that passed is cached
-per source digest (which covers the machine's software and device), limits, isolation and workers.
+Unless all three hold, nothing is recorded (no student starts before the reference is built, and none
+after the canary failed): :class:`CanaryFailed` (or ``IsolationError``, or ``ReferenceError``) says in a
+few lines what differed and how to fix it. A canary that passed is cached per source digest (which covers
+the machine's software and device), limits, isolation and workers.
 """
 
 from __future__ import annotations

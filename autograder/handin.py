@@ -9,6 +9,8 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import nbformat
+
 from autograder.course import Course
 from autograder.record import sha256_regular
 
@@ -19,10 +21,15 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
     The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn. A
     source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
     pays on its first ``torch.compile``), and one that profiles gets ``torch._dynamo`` (1 s its first
-    ``torch.profiler.profile`` imports); none of these starts a thread when imported.
+    ``torch.profiler.profile`` imports); none of these starts a thread when imported. Only code counts: a
+    model answer that names ``torch.compile`` costs no kernel the compiler's start (8 s of it in the warm
+    parent, :func:`autograder.runner.forkserver.pick_vector_isa`).
     """
-    text = "".join(
-        course.source_notebook(aid, nb).read_text(encoding="utf-8") for nb in course.notebooks(aid)
+    text = "\n".join(
+        cell.source
+        for nb in course.notebooks(aid)
+        for cell in nbformat.read(str(course.source_notebook(aid, nb)), as_version=4).cells
+        if cell.cell_type == "code"
     )
     compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
     profiles = "torch.profiler" in text  # its first profile imports torch._dynamo: 1 s in every kernel

@@ -275,3 +275,17 @@ def test_a_kernel_of_a_compiling_assignment_starts_with_the_vector_isa_probed():
     assert plain.summary["cells"][0]["output"].strip() == "0 False"
     spawned = run_in_sandbox(notebook, ("numpy", "torch"), resolve("basic", "spawn"))
     assert spawned.summary["cells"][0]["output"].strip() == "0 False"
+
+
+def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
+    """A model answer that names torch.compile must not cost every kernel the compiler's start (8 s)."""
+    from autograder.handin import frameworks_used
+
+    source = source_notebook()
+    source.cells.append(nbformat.v4.new_markdown_cell("Fuse them with `torch.compile` or `torch.export`."))
+    source.cells.append(new_code_cell("import torch\nwith torch.profiler.profile() as p:\n    pass"))
+    course = Course(root=make_course(tmp_path / "course", notebook=source))
+    assert frameworks_used(course, "T1") == ("numpy", "dlcourse", "torch", "torch._dynamo")
+    source.cells.append(new_code_cell("fast = torch.compile(lambda x: x + 1)"))
+    course = Course(root=make_course(tmp_path / "again", notebook=source))
+    assert {"torch._inductor.compile_fx", "torch.export"} <= set(frameworks_used(course, "T1"))
