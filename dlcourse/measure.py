@@ -8,9 +8,11 @@ first ones pay for memory allocation, cuBLAS heuristics, compilation and caches)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +42,23 @@ class Timing:
 
     def __str__(self) -> str:
         return f"{format_seconds(self.median)} median of {len(self.times)} (best {format_seconds(self.best)})"
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Hide what compiled libraries write straight to the process's standard error (file descriptor 2)
+    inside the block; Python's own ``sys.stderr`` (warnings, tracebacks) is left alone where it is not that
+    descriptor. Some torch builds' profiler prints ``profiler_start`` and ``profiler_stop`` lines there,
+    and nbgrader scores a test cell that wrote to standard error as failed."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def format_seconds(seconds: float) -> str:
