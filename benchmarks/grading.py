@@ -9,7 +9,11 @@ For each assignment (A3 and A1 when both exist) one generated class is graded th
   the total divided by the number of cores is what perfect parallel execution could reach. Each kernel gets
   the thread count the autograder gives its kernels (cores / workers), so parallelism is not counted twice;
 - **autograder**: ``autograder.api.grade`` with ``workers`` (default: the cores), sandboxed as it
-  runs in production, in a throwaway course of its own.
+  runs in production, in a throwaway course of its own, as a first class: an empty cache and no warm parent,
+  so its time holds the whole proof (probe, reference, canary).
+
+Before the main run, a first class of its own: 20 submissions of the heaviest torch assignment (A5), the
+autograder from nothing, then plain nbgrader (:func:`measure_first_class`).
 
 The order of the three alternates between assignments, so that a change in the machine's load over the run
 does not always favour the same one. Scaling (10, 20, 40 submissions; 1 against 2 workers) and the
@@ -50,8 +54,8 @@ from benchmarks.machine import load_average
 from benchmarks.submissions import HONEST, Submission, make_submissions, write_submissions
 from dlcourse.grading import REFERENCE_ENV
 
-# The benchmark's own cache of references and canaries (git-ignored), kept between runs: a rebuild must
-# never happen inside a timed run.
+# The benchmark's own cache of references and canaries (git-ignored), kept between runs: nbgrader's and the
+# lower bound's reference, and the A4 section's proof; the autograder's timed runs start from an empty one.
 GRADER_CACHE = ROOT / "benchmarks" / "results" / "tmp" / "cache"
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 TIMING_KEYS = (
