@@ -428,22 +428,36 @@ def submission_rows(made: list[Submission], rows: list[dict]) -> list[dict]:
     return out
 
 
+@contextmanager
+def paired_classes(aid: str, count: int, quick: bool = False):
+    """``(nbgrader's course, the autograder's course, the submissions)``: one released throwaway course and a copy
+    of it (release, gradebook and all: the same start, one release paid), the same generated class in both. The
+    autograder's copy has an empty cache of its own (no reference, canary or compile cache): it grades as a
+    first class. All removed afterwards."""
+    nbgrader_course = throwaway_course(aid)
+    cold_cache = Path(tempfile.mkdtemp(prefix=f"bench-cold-cache-{aid}-"))
+    course = Course(root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")), cache_root=cold_cache)
+    shutil.copytree(nbgrader_course.root, course.root, dirs_exist_ok=True)
+    try:
+        made = make_submissions(nbgrader_course, aid, count, quick=quick)
+        for each in (nbgrader_course, course):
+            write_submissions(each, aid, made)
+        yield nbgrader_course, course, made
+    finally:
+        for each in (nbgrader_course, course):
+            shutil.rmtree(each.root, ignore_errors=True)
+        shutil.rmtree(cold_cache, ignore_errors=True)
+
+
+def kinds(made: list[Submission]) -> dict[str, int]:
+    return {k: sum(s.kind == k for s in made) for k in ("perfect", "partial", "blank", "broken")}
+
+
 def benchmark_assignment(
     aid: str, count: int, quick: bool, workers: int, reverse: bool, scaling: bool
 ) -> dict:
     log(f"{aid}: releasing a throwaway course, copying it, generating {count} submissions")
-    nbgrader_course = throwaway_course(aid)
-    # the autograder grades as a first class: an empty cache (no reference, canary or compile cache)
-    cold_cache = Path(tempfile.mkdtemp(prefix=f"bench-cold-cache-{aid}-"))
-    autograder_course = Course(
-        root=Path(tempfile.mkdtemp(prefix=f"bench-course-{aid}-")), cache_root=cold_cache
-    )
-    # a copy of the released course (release, gradebook and all): the same start, one release paid
-    shutil.copytree(nbgrader_course.root, autograder_course.root, dirs_exist_ok=True)
-    try:
-        made = make_submissions(nbgrader_course, aid, count, quick=quick)
-        for course in (nbgrader_course, autograder_course):
-            write_submissions(course, aid, made)
+    with paired_classes(aid, count, quick) as (nbgrader_course, autograder_course, made):
         # nbgrader's and the lower bound's reference (their hidden cases need it): built, untimed, in the
         # benchmark's own cache; the autograder's way builds its own, timed
         reference, _ = prove(nbgrader_course, aid, autograder_limits(workers), resolve("auto"), workers)
@@ -475,7 +489,7 @@ def benchmark_assignment(
             "order": ["autograder", "lower_bound", "nbgrader"]
             if reverse
             else ["nbgrader", "lower_bound", "autograder"],
-            "kinds": {k: sum(s.kind == k for s in made) for k in ("perfect", "partial", "blank", "broken")},
+            "kinds": kinds(made),
             "nbgrader": results["nbgrader"],
             "lower_bound": results["lower_bound"],
             "autograder": ag,
@@ -503,10 +517,6 @@ def benchmark_assignment(
         out["regrade"] = measure_regrade(autograder_course, aid, workers, ag)
         log(f"{aid}: done; {format_ratios(out['ratios'])}")
         return out
-    finally:
-        for course in (nbgrader_course, autograder_course):
-            shutil.rmtree(course.root, ignore_errors=True)
-        shutil.rmtree(cold_cache, ignore_errors=True)
 
 
 def first_class_assignment(known: list[str]) -> str | None:
@@ -523,14 +533,7 @@ def measure_first_class(workers: int, aid: str | None = None, count: int = FIRST
     if aid is None:
         return {"error": "no torch assignment (A5 or A3) in source/"}
     log(f"first class: {aid}, {count} submissions, nothing cached")
-    nbgrader_course = throwaway_course(aid)
-    cold_cache = Path(tempfile.mkdtemp(prefix="bench-first-class-cache-"))
-    course = Course(root=Path(tempfile.mkdtemp(prefix=f"bench-first-{aid}-")), cache_root=cold_cache)
-    shutil.copytree(nbgrader_course.root, course.root, dirs_exist_ok=True)
-    try:
-        made = make_submissions(nbgrader_course, aid, count)
-        for each in (nbgrader_course, course):
-            write_submissions(each, aid, made)
+    with paired_classes(aid, count) as (nbgrader_course, course, made):
         cold_start()
         ours, rows = grade_with_autograder(course, aid, workers)
         log(f"first class: autograder {ours['seconds']:.1f} s; nbgrader autograde, sequential")
@@ -538,7 +541,7 @@ def measure_first_class(workers: int, aid: str | None = None, count: int = FIRST
         return {
             "assignment": aid,
             "submissions": count,
-            "kinds": {k: sum(s.kind == k for s in made) for k in ("perfect", "partial", "blank", "broken")},
+            "kinds": kinds(made),
             "order": ["autograder", "nbgrader"],
             "autograder": ours,
             "nbgrader": theirs,
@@ -546,10 +549,6 @@ def measure_first_class(workers: int, aid: str | None = None, count: int = FIRST
             "scores": compare_scores(made, scores, rows),
             "overhead": overhead(rows, ours["seconds"], workers),
         }
-    finally:
-        for each in (nbgrader_course, course):
-            shutil.rmtree(each.root, ignore_errors=True)
-        shutil.rmtree(cold_cache, ignore_errors=True)
 
 
 def loosen_a_hidden_tolerance(source: str) -> tuple[str, str]:

@@ -206,7 +206,6 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None
             "status": "ok",
         }
         results.append(entry)
-        started = time.perf_counter()
         try:
             client.execute_cell(cell, index)
         except CellTimeoutError:
@@ -218,7 +217,6 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None
             )
             raise
         finally:
-            entry["seconds"] = round(time.perf_counter() - started, 4)
             outputs[index] = copy.deepcopy(list(cell.get("outputs", [])))
         texts = []
         for out in outputs[index]:

@@ -283,7 +283,7 @@ def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
         "IPYTHONDIR": str(home / "ipython"),
         "MPLCONFIGDIR": str(home / "mpl"),
         "MPLBACKEND": "Agg",
-        # torch.compile's caches: the run's own, seeded with a copy of the reference run's (Sandbox.prepare)
+        # torch.compile's caches: the run's own and empty (another run's would hold code generated from its notebook)
         "TORCHINDUCTOR_CACHE_DIR": str(home / COMPILE_CACHE),
         "TRITON_CACHE_DIR": str(home / COMPILE_CACHE / "triton"),
         # no precompiled header: each run would build its own, 150 MB in its memory-limited tmpfs and 3.7 s,
@@ -316,9 +316,6 @@ def read_summary_data(data) -> dict:
                 for k, v in entry.items()
                 if isinstance(v, str | int | type(None)) and not isinstance(v, bool)
             }
-            seconds = entry.get("seconds")  # how long the cell ran, as the child measured it (reported only)
-            if type(seconds) is float and 0 <= seconds < 1e7:
-                clean["seconds"] = seconds
             cells.append(clean)
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
     timings = {
