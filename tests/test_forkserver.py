@@ -258,23 +258,87 @@ def test_warm_parents_of_different_slots_start_at_the_same_time(monkeypatch):
     second.join()
 
 
+COMPILING = ("numpy", "torch", "torch._dynamo", "torch._inductor.compile_fx")
+
+
 def test_a_kernel_of_a_compiling_assignment_starts_with_the_vector_isa_probed():
     """torch.compile's first call on a CPU compiles C++ probes of the machine's vector instructions (8 s); the
     warm parent of an assignment that compiles asks once, and each forked kernel starts with the answer."""
     code = (
+        "import gc\n"
         "from torch._inductor import config, cpu_vec_isa\n"
-        "print(cpu_vec_isa.valid_vec_isa_list.cache_info().currsize, config.cpp_cache_precompile_headers)"
+        "print(cpu_vec_isa.valid_vec_isa_list.cache_info().currsize, config.cpp_cache_precompile_headers,"
+        " gc.get_freeze_count() > 1000)"
     )
     notebook = nbformat.v4.new_notebook(cells=[new_code_cell(code)])
-    warm = ("numpy", "torch", "torch._dynamo", "torch._inductor.compile_fx")
-    outcome = run_in_sandbox(notebook, warm, resolve("basic", "fork"))
+    outcome = run_in_sandbox(notebook, COMPILING, resolve("basic", "fork"))
     assert outcome.status == "finished", outcome.detail
-    # and no precompiled header: each run would build its own (150 MB of its memory-limited tmpfs, 3.7 s)
-    assert outcome.summary["cells"][0]["output"].strip() == "1 False"
+    # the parent's precompiled header in use; the parent's objects are out of the kernel's garbage collector's walk
+    assert outcome.summary["cells"][0]["output"].strip() == "1 True True"
     plain = run_in_sandbox(notebook, ("numpy", "torch"), resolve("basic", "fork"))  # not asked: not known
-    assert plain.summary["cells"][0]["output"].strip() == "0 False"
-    spawned = run_in_sandbox(notebook, ("numpy", "torch"), resolve("basic", "spawn"))
-    assert spawned.summary["cells"][0]["output"].strip() == "0 False"
+    assert plain.summary["cells"][0]["output"].strip() == "0 False True"
+    spawned = run_in_sandbox(notebook, ("numpy", "torch"), resolve("basic", "spawn"))  # (a fresh interpreter)
+    assert spawned.summary["cells"][0]["output"].strip() == "0 False False"
+
+
+HEADER_ATTACK = """
+import json, os, torch
+from torch._inductor import codecache
+given = []
+shared = codecache._precompile_header
+def watching(*args, **kwargs):
+    given.append(shared(*args, **kwargs))
+    return given[-1]
+codecache._precompile_header = watching
+x = torch.linspace(-2, 2, 64)
+same = bool(torch.allclose(torch.compile(lambda t: torch.sin(t) * 3 + t * t)(x), torch.sin(x) * 3 + x * x))
+header = next(p for p in given if p)
+tries = {}
+for name, attempt in {
+    "append": lambda: open(header + ".gch", "ab").close(),
+    "replace": lambda: os.replace(header, header + ".old"),
+    "new": lambda: open(os.path.join(os.path.dirname(header), "poison.h"), "w").close(),
+    "chmod": lambda: os.chmod(header + ".gch", 0o666),
+}.items():
+    try:
+        attempt()
+        tries[name] = "done"
+    except OSError as err:
+        tries[name] = type(err).__name__
+print(json.dumps({"same": same, "header": header, "tries": tries}))
+"""
+
+
+@pytest.mark.slow
+def test_a_compiling_kernel_compiles_with_the_parents_header_and_cannot_change_it():
+    """The warm parent precompiles torch's C++ header once (its own fixed function, no notebook's code); a kernel
+    compiling anything of its own gets it read-only. A header one run could write would be compiled into the
+    next run's kernels, so each way of changing it must fail, and the next run still compiles it."""
+    notebook = nbformat.v4.new_notebook(cells=[new_code_cell(HEADER_ATTACK)])
+    isolation = forked_isolation()
+    for _ in range(2):
+        outcome = run_in_sandbox(notebook, COMPILING, isolation)
+        assert outcome.status == "finished", outcome.detail
+        report = json.loads(outcome.summary["cells"][0]["output"].strip().splitlines()[-1])
+        assert report["same"]
+        assert report["header"].startswith(str(forkserver.header_folder()))
+        assert "done" not in report["tries"].values(), report["tries"]
+    built = sorted(p.name for p in forkserver.header_folder().iterdir())
+    assert "poison.h" not in built and not any(name.endswith(".old") for name in built)
+
+
+def test_a_header_a_kernel_could_change_or_that_is_missing_is_not_used(tmp_path, monkeypatch):
+    """Where the kernel could write the parent's header (no separate user, no read-only view) or the header is
+    not there, the kernel compiles from text, as with precompiled headers off."""
+    header = tmp_path / "prefix.h"
+    header.write_text("#include <torch/csrc/inductor/cpp_prefix.h>\n")
+    monkeypatch.setattr(forkserver, "PRECOMPILED", {("h", "g++", ()): str(header)})
+    assert not forkserver.use_precompiled_header()  # no .gch built
+    (tmp_path / "prefix.h.gch").write_bytes(b"built")
+    assert os.access(header, os.W_OK)  # (this test's own folder: writable)
+    assert not forkserver.use_precompiled_header()
+    monkeypatch.setattr(forkserver, "PRECOMPILED", {})
+    assert not forkserver.use_precompiled_header()
 
 
 def test_only_code_decides_what_a_warm_parent_imports(tmp_path):

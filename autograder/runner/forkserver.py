@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -121,10 +123,11 @@ class ForkServer:
         env = kernel_env(self.home, 1)
         for sub in ("home", "tmp"):
             (self.home / sub).mkdir()
+        headers = ["--headers", str(header_folder())] if COMPILES in self.warm else []
         with FORK_LOCK:  # (autograder.runner.linux: never while a grader thread is in BLAS)
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "autograder.runner.forkserver", "--socket", str(theirs.fileno()),
-                 "--warm", ",".join(self.warm)],
+                 "--warm", ",".join(self.warm), *headers],
                 pass_fds=(theirs.fileno(),), env=env, cwd=str(self.home), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip
@@ -238,6 +241,21 @@ def _receive(sock: socket.socket) -> dict | None:
 _SERVERS: dict[tuple, ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()  # guards the two dicts; each parent starts under its own lock
 _STARTING: dict[tuple, threading.Lock] = {}
+_HEADER_FOLDER: list[Path] = []  # this process's, made on first use
+
+COMPILES = "torch._inductor.compile_fx"  # a warm set with it: the assignment compiles (torch.compile)
+
+
+def header_folder() -> Path:
+    """Where the warm parents of this grader process put torch.compile's precompiled C++ header (torch's own
+    header, nothing of a notebook's): one folder of the grader's, built once, shown read-only to the kernels
+    forked from them (:meth:`autograder.runner.sandbox.Sandbox.visibility`), removed when the grader ends."""
+    with _SERVERS_LOCK:
+        if not _HEADER_FOLDER:
+            folder = Path(tempfile.mkdtemp(prefix="dlcourse-headers-"))
+            folder.chmod(0o755)  # (a kernel under another user id reads it; nobody but the grader writes)
+            _HEADER_FOLDER.append(folder)
+        return _HEADER_FOLDER[0]
 
 
 def server_for(warm: tuple[str, ...], slot: int) -> ForkServer:
@@ -267,10 +285,15 @@ def warm_parents() -> dict[tuple, int]:
 
 @atexit.register
 def stop_all() -> None:
+    import shutil
+
     with _SERVERS_LOCK:
         for server in _SERVERS.values():
             server.stop()
         _SERVERS.clear()
+        for folder in _HEADER_FOLDER:
+            shutil.rmtree(folder, ignore_errors=True)
+        _HEADER_FOLDER.clear()
 
 
 # ----------------------------------------------------------------------------- the warm parent
@@ -288,8 +311,88 @@ def pick_vector_isa() -> None:
         print(f"warm parent: torch's vector-ISA probe failed: {type(err).__name__}: {err}", flush=True)
 
 
-def serve(sock: socket.socket, warm: list[str]) -> None:
-    started = time.perf_counter()
+# (header, compile command line, options) -> the header precompiled by this warm parent, for its kernels
+PRECOMPILED: dict[tuple, str] = {}
+
+
+def _header_key(header: str, command_line: str, options: dict) -> tuple:
+    return (header, command_line, tuple(sorted(options.items())))
+
+
+def precompile_header(folder: Path) -> None:
+    """torch.compile's C++ kernels include one large header of torch's; compiled from text, it costs each of
+    them about 1.5 s on a 2-core machine, and a run that precompiled it itself would pay 3.7 s and 150 MB of
+    its memory-limited tmpfs. So the parent compiles a fixed function of its own (a linear layer's forward
+    and backward pass: torch's header, none of a notebook's code) with precompiled headers on, in ``folder``,
+    one compile thread (no pool to fork) and keeps which header each compile command got
+    (:data:`PRECOMPILED`); :func:`use_precompiled_header` gives them to its kernels. Its compiled function,
+    graphs and counters are then forgotten (``torch._dynamo.reset``)."""
+    try:
+        import torch
+        from torch._inductor import codecache, config
+
+        real = codecache._precompile_header
+
+        def recording(header: str, hashable_cmd_line: str, **options):
+            path = real(header, hashable_cmd_line, **options)
+            PRECOMPILED[_header_key(header, hashable_cmd_line, options)] = path
+            return path
+
+        codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR = str(folder), str(folder / "locks")
+        codecache._precompile_header = recording
+        try:
+            with config.patch(cpp_cache_precompile_headers=True, compile_threads=1), _no_tqdm_monitor():
+                torch.compile(torch.nn.Linear(4, 4))(torch.ones(2, 4)).sum().backward()
+        finally:
+            codecache._precompile_header = real
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+    except Exception as err:  # the kernels compile without it, as they would with the header off
+        PRECOMPILED.clear()
+        print(f"warm parent: precompiling torch's header failed: {type(err).__name__}: {err}", flush=True)
+
+
+@contextlib.contextmanager
+def _no_tqdm_monitor():
+    """torch.compile's (hidden) progress bar would start tqdm's monitor thread; a parent that forks has none."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield
+        return
+    interval, tqdm.monitor_interval = tqdm.monitor_interval, 0
+    try:
+        yield
+    finally:
+        tqdm.monitor_interval = interval
+
+
+def use_precompiled_header() -> bool:
+    """In a kernel, before any of its code: compile with the parent's precompiled header wherever a compile
+    command is one the parent compiled (another command compiles from text, as with the header off), and only
+    where this kernel cannot change it: a header a run could write would be the next run's code. Returns
+    whether it is in use."""
+    if not PRECOMPILED:
+        return False
+    for path in set(PRECOMPILED.values()):
+        built = [p for p in (path + ".gch", path + ".pch") if os.path.exists(p)]
+        if not built or any(os.access(p, os.W_OK) for p in (os.path.dirname(path), path, *built)):
+            return False
+    from torch._inductor import codecache, config
+
+    known = dict(PRECOMPILED)
+
+    def shared(header: str, hashable_cmd_line: str, **options) -> str | None:
+        return known.get(_header_key(header, hashable_cmd_line, options))
+
+    codecache._precompile_header = shared
+    config.cpp_cache_precompile_headers = True
+    return True
+
+
+def warm_up(warm: list[str], headers: str | None) -> list[str]:
+    """The parent's one-off work: import ``warm`` and what kernels need (returns what imported), and for an
+    assignment that compiles, torch.compile's probes and header. Then freeze what it made."""
     imported = []
     for name in [*warm, *KERNEL_MODULES]:
         try:
@@ -297,8 +400,20 @@ def serve(sock: socket.socket, warm: list[str]) -> None:
             imported.append(name)
         except Exception as err:  # a module the set-up cell names but this environment lacks
             print(f"warm parent: import {name} failed: {type(err).__name__}: {err}", flush=True)
-    if "torch._inductor.compile_fx" in imported:
+    if COMPILES in imported:
         pick_vector_isa()
+        if headers:
+            precompile_header(Path(headers))
+    # What the imports made lives as long as the parent: kept out of the garbage collector's reach, a child's
+    # collections do not walk (and so copy, page by page) the parent's objects.
+    gc.collect()
+    gc.freeze()
+    return imported
+
+
+def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> None:
+    started = time.perf_counter()
+    imported = warm_up(warm, headers)
     imports = time.perf_counter() - started
     count = thread_count()
     if count != 1:  # forking now would copy locks held by threads that the children would not have
@@ -516,6 +631,7 @@ def _kernel(request: ChildRequest) -> None:
     if "numpy" in sys.modules:  # a fresh process would have drawn its own; the parent's is shared
         sys.modules["numpy"].random.seed()
     set_threads(request.threads)
+    use_precompiled_header()
     import importlib.util
 
     from ipykernel.kernelapp import IPKernelApp
@@ -587,12 +703,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", type=int, required=True)
     parser.add_argument("--warm", default="numpy")
+    parser.add_argument("--headers", default=None)
     args = parser.parse_args()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the grader's Ctrl-C is for the grader)
     # `python -m` put the parent's folder first on the path: a kernel must not import from there
     sys.path[:] = [entry for entry in sys.path if entry not in ("", os.getcwd())]
     sock = socket.socket(fileno=args.socket)
-    serve(sock, [name for name in args.warm.split(",") if name])
+    serve(sock, [name for name in args.warm.split(",") if name], args.headers)
 
 
 if __name__ == "__main__":

@@ -286,8 +286,8 @@ def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
         # torch.compile's caches: the run's own and empty (another run's would hold code generated from its notebook)
         "TORCHINDUCTOR_CACHE_DIR": str(home / COMPILE_CACHE),
         "TRITON_CACHE_DIR": str(home / COMPILE_CACHE / "triton"),
-        # no precompiled header: each run would build its own, 150 MB in its memory-limited tmpfs and 3.7 s,
-        # for the one or two kernels a notebook compiles (each then parses the header itself, about 1 s)
+        # no precompiled header of the run's own: it would cost 150 MB of its memory-limited tmpfs and 3.7 s; a
+        # kernel forked from a warm parent uses the parent's, read-only (forkserver.use_precompiled_header)
         "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS": "0",
         **QUIET_ENV,
         "PYTHONDONTWRITEBYTECODE": "1",

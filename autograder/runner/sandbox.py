@@ -32,7 +32,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.result import STATUS, STOPPED
-from autograder.runner import launchers
+from autograder.runner import forkserver, launchers
 from autograder.runner.child import READY
 from autograder.runner.isolation import SHARED_TEMP, Isolation, probe_report, resolve
 from autograder.runner.linux import FORK_LOCK
@@ -147,7 +147,12 @@ class Sandbox:
 
     @property
     def visibility(self) -> Visibility:
-        return Visibility(self.scratch, tuple(self.private), self.uid is not None)
+        shown: tuple[str, ...] = ()
+        if (
+            self.forked and forkserver.COMPILES in self.warm
+        ):  # the warm parent's precompiled header, read-only
+            shown = (str(forkserver.header_folder()),)
+        return Visibility(self.scratch, tuple(self.private), self.uid is not None, shown)
 
     @property
     def forked(self) -> bool:

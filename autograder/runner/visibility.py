@@ -28,6 +28,7 @@ class Visibility:
     scratch: Path  # the run's folder: shown as it is (the grader's root, the submission's folders below)
     private: tuple[str, ...] = ()  # folders no kernel may see (the course, the grader's workspace)
     separate_uid: bool = False  # the kernel runs as another user, who may not enter every folder
+    shown: tuple[str, ...] = ()  # the grader's folders a kernel reads (never writes): a precompiled header
 
     def covered(self) -> list[Path]:
         """Every folder at / but the operating system's (home and temporary folders among them), shared
@@ -38,7 +39,14 @@ class Visibility:
         return [*sorted(top), *map(Path, (*SHARED_TEMP, ROOT, *self.private))]
 
     def needed(self) -> set[Path]:
-        return {Path(sys.prefix), Path(sys.base_prefix), ROOT / "dlcourse", ROOT / "autograder", self.scratch}
+        return {
+            Path(sys.prefix),
+            Path(sys.base_prefix),
+            ROOT / "dlcourse",
+            ROOT / "autograder",
+            self.scratch,
+            *map(Path, self.shown),
+        }
 
     def hidden(self) -> list[str]:
         """Folders covered: home folders, this repository, the course and its workspace, and any folder on
