@@ -662,7 +662,8 @@ def totals(per_assignment: list[dict]) -> dict:
 def measure_a4(workers: int) -> dict:
     """A4 (torch.compile, torch.export, TensorFlow) against A3, side by side on classes of the same size and
     mix. A4 two ways: spawned (a fresh interpreter per submission, as before warm parents) and forked from a
-    warm parent that imported torch's compiler and probed the CPU's vector instructions once (the default);
+    warm parent that imported torch's compiler, probed the CPU's vector instructions and precompiled torch's
+    C++ header once (the default);
     A3 the default way. No run gets another's compile cache (it would hold code generated from the
     solutions). Median seconds of one submission (grade_one)."""
     out: dict = {"submissions": A4_COUNT}

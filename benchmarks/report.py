@@ -194,7 +194,9 @@ def grading_section(name: str, run: dict) -> list[str]:
                 f"{a4['submissions']} submissions each (perfect, partial, blank, broken), graded side by side in "
                 "this run: A4 spawned (a fresh interpreter each) and forked from a warm parent (since 2026-11-26 "
                 "one that has also probed the CPU's vector instructions for torch.compile, 8 s a kernel paid on its "
-                "first compile), A3 the default way; median seconds of one submission. No run gets another's "
+                "first compile; since run 2026-11-26T09 also one that precompiled torch's C++ header, which its "
+                "kernels compile with, read-only, and whose objects are frozen out of the kernels' garbage "
+                "collector), A3 the default way; median seconds of one submission. No run gets another's "
                 "compile cache.", ""]  # fmt: skip
         names = [k for k in a4 if isinstance(a4[k], dict) and "median_submission_seconds" in a4[k]]
         rows = [[name, fmt(a4[name]["median_submission_seconds"]), f"{a4[name]['seconds']:.1f}",
