@@ -148,10 +148,8 @@ class Sandbox:
     @property
     def visibility(self) -> Visibility:
         shown: tuple[str, ...] = ()
-        if (
-            self.forked and forkserver.COMPILES in self.warm
-        ):  # the warm parent's precompiled header, read-only
-            shown = (str(forkserver.header_folder()),)
+        if self.forked and forkserver.COMPILES in self.warm:
+            shown = (str(forkserver.header_folder()),)  # the warm parent's precompiled header, read-only
         return Visibility(self.scratch, tuple(self.private), self.uid is not None, shown)
 
     @property
