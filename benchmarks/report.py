@@ -194,7 +194,7 @@ def grading_section(name: str, run: dict) -> list[str]:
                 f"{a4['submissions']} submissions each (perfect, partial, blank, broken), graded side by side in "
                 "this run: A4 spawned (a fresh interpreter each) and forked from a warm parent (since 2026-11-26 "
                 "one that has also probed the CPU's vector instructions for torch.compile, 8 s a kernel paid on its "
-                "first compile; since run 2026-11-26T09 also one that precompiled torch's C++ header, which its "
+                "first compile; since run 2026-11-26T084339Z also one that precompiled torch's C++ header, which its "
                 "kernels compile with, read-only, and whose objects are frozen out of the kernels' garbage "
                 "collector), A3 the default way; median seconds of one submission. No run gets another's "
                 "compile cache.", ""]  # fmt: skip

@@ -36,6 +36,7 @@ import gc
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,8 +221,6 @@ class ForkServer:
             self.process.wait()
         if self._sock is not None:
             self._sock.close()
-        import shutil
-
         shutil.rmtree(getattr(self, "home", ""), ignore_errors=True)
 
 
@@ -285,8 +284,6 @@ def warm_parents() -> dict[tuple, int]:
 
 @atexit.register
 def stop_all() -> None:
-    import shutil
-
     with _SERVERS_LOCK:
         for server in _SERVERS.values():
             server.stop()
