@@ -15,6 +15,15 @@ from autograder.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
 from autograder.workflows import throwaway_course
 
 
+def kept_values(course: Course, aid: str, sid: str) -> dict:
+    """case name -> the value a student's last run captured, as kept for ``regrade`` ({} where none was)."""
+    from autograder.pipeline import kept_outcome
+    from dlcourse.grading import load_cases
+
+    outcome = kept_outcome(course.kept_run(aid, sid))
+    return load_cases(outcome.capture)[1] if outcome is not None else {}
+
+
 def cold_start() -> None:
     """Forget what this process keeps between batches (the warm parents, the isolation probes), so that the
     next batch starts as a new instructor's first one does."""
@@ -26,7 +35,7 @@ def cold_start() -> None:
 
 
 __all__ = [
-    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test",
+    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test", "kept_values",
     "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_nbgrader",
     "set_uid_base", "solution_ids", "throwaway_course", "untouched", "warm_parents",
 ]  # fmt: skip

@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 import unicodedata
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from autograder.reference import Reference, source_inputs
 from autograder.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, read_bytes_bounded, rebuild
 from autograder.result import STATUS, CellResult, Result
 from autograder.runner.isolation import Isolation
+from autograder.runner.protocol import CAPTURE_NAME
 from autograder.runner.sandbox import Limits, Outcome, Sandbox
 from autograder.verify import Verdict, verify, written_results
 
@@ -154,7 +156,7 @@ def verify_stage(b: Batch, g: Grading) -> bool:
     ``assert``s) as nbgrader decides it, from how it ran in the kernel (marked "decided in the kernel")."""
     if g.outcome.kernel_outputs is None:
         g.outcome.kernel_outputs = kernel_outputs(g.reference, g.repaired.notebook, g.outcome)
-    g.verdict = verify(g.reference, g.outcome.folder / "capture", g.outcome.summary, g.outcome.kernel_outputs)
+    g.verdict = verify(g.reference, g.outcome.capture, g.outcome.summary, g.outcome.kernel_outputs)
     g.result.cells = g.verdict.cells
     g.result.score = g.verdict.score
     g.result.written = written_results(g.reference, g.repaired)  # graded by hand: apart from the score
@@ -189,21 +191,20 @@ def keep_stage(b: Batch, g: Grading) -> bool:
 
 
 KEPT_BYTES = 64 * 2**20  # a capture larger than this is not kept (its submission is rerun on a regrade)
-KEPT_LAYOUT = 3  # kept runs of another layout (or none) are never read: their submissions are graded again
+KEPT_LAYOUT = 4  # kept runs of another layout (or none) are never read: their submissions are graded again
+KEPT_CAPTURE = "capture.zip"  # the captured files, one uncompressed zip (one file to write, not hundreds)
 
 
 def keep_run(target: Path, outcome: Outcome, submission_sha256: str) -> None:
-    """Copy the run's capture (from the grader's own folder, where the report put it) and the kernel's
-    summary to ``target``, replacing what was there; tied to the exact bytes of the submission it was made
-    from."""
+    """Keep the run's capture (as the report carried it, from the grader's memory) and the kernel's summary
+    in ``target``, replacing what was there; tied to the exact bytes of the submission it was made from."""
     shutil.rmtree(target, ignore_errors=True)
-    capture = outcome.folder / "capture"
-    files = [p for p in capture.iterdir() if p.is_file()] if capture.is_dir() else []
-    if sum(p.stat().st_size for p in files) > KEPT_BYTES:
+    if sum(len(data) for data in outcome.capture.values()) > KEPT_BYTES:
         return
-    (target / "capture").mkdir(parents=True)
-    for path in files:
-        shutil.copyfile(path, target / "capture" / path.name)
+    target.mkdir(parents=True)
+    with zipfile.ZipFile(target / KEPT_CAPTURE, "w", zipfile.ZIP_STORED) as kept:
+        for name, data in outcome.capture.items():
+            kept.writestr(name, data)
     run = {
         "layout": KEPT_LAYOUT,
         "submission_sha256": submission_sha256,
@@ -226,11 +227,26 @@ def kept_outcome(folder: Path, submission_sha256: str | None = None) -> Outcome 
         if submission_sha256 is not None and run.get("submission_sha256") != submission_sha256:
             return None
         kernel = run.get("kernel_outputs") or {}
+        capture = kept_capture(folder / KEPT_CAPTURE)
         return Outcome(
-            run["status"], run["seconds"], folder, run["summary"], run["detail"], kernel_outputs=kernel
+            run["status"], run["seconds"], capture, run["summary"], run["detail"], kernel_outputs=kernel
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile):
         return None
+
+
+def kept_capture(path: Path) -> dict[str, bytes]:
+    """The files :func:`keep_run` kept, as the report carried them: only names a check writes, within
+    :data:`KEPT_BYTES` (the grader wrote them; still read as bounded as what it trusts least)."""
+    held, total = {}, 0
+    with zipfile.ZipFile(path) as kept:
+        for info in kept.infolist():
+            total += info.file_size
+            if total > KEPT_BYTES:
+                raise ValueError("the kept capture is larger than any run keeps")
+            if CAPTURE_NAME.fullmatch(info.filename) and info.filename not in held:
+                held[info.filename] = kept.read(info)
+    return held
 
 
 def status_stage(b: Batch, g: Grading) -> bool:

@@ -20,9 +20,21 @@ import json
 import os
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import (
+    Comment,
+    Grade,
+    Gradebook,
+    MissingEntry,
+    Student,
+    SubmittedAssignment,
+    SubmittedNotebook,
+    new_uuid,
+)
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
 
 from autograder.course import Course
 from autograder.result import Result, WrittenResult
@@ -137,11 +149,36 @@ def with_manual_grades(course: Course, aid: str, results: list[Result]) -> list[
     return results
 
 
+@dataclass(frozen=True)
+class _Cell:
+    id: str
+    name: str
+    written: bool  # a markdown grade or task cell: graded by hand
+    max_score: float
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One released notebook as the gradebook holds it: the rows a new submission of it gets."""
+
+    id: str
+    name: str
+    graded: tuple[_Cell, ...]  # grade cells, then task cells (each gets a Grade row)
+    solutions: tuple[tuple[str, str], ...]  # (id, name) of solution cells, then task cells (Comment rows)
+
+    @property
+    def commented(self) -> frozenset[str]:
+        """Names of the cells with a comment row (where a written answer's comment goes, as ``find_comment``
+        finds it: a solution or a task cell of that name)."""
+        return frozenset(name for _, name in self.solutions)
+
+
 class Recorder:
     """The gradebook, opened once for a whole batch."""
 
     def __init__(self, db_url: str):
         self.gradebook = Gradebook(db_url)
+        self._shapes: dict[str, tuple[str, tuple[_Shape, ...]]] = {}
 
     def close(self) -> None:
         self.gradebook.close()
@@ -164,14 +201,12 @@ class Recorder:
         if result.is_error:
             raise ValueError(f"{result.student_id}: a grader error is never recorded as a score")
         gb, sid = self.gradebook, result.student_id
-        gb.update_or_create_student(sid)
         try:
             submission = gb.find_submission(aid, sid)
         except MissingEntry:
-            with warnings.catch_warnings():
-                # nbgrader's add_submission builds rows in a way SQLAlchemy 2 warns about; the rows are written.
-                warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
-                submission = gb.add_submission(aid, sid)
+            if self._insert(aid, result):
+                return
+            submission = self._add_submission(aid, sid)  # (recorded meanwhile by another process)
         points = {cell.grade_id: cell.points for cell in result.cells}
         answered = {w.grade_id: w.answered for w in result.written}
         written = {}
@@ -193,8 +228,94 @@ class Recorder:
                     comment.auto_comment = None if done else "No response."
                 written[grade.name] = _written(grade, done, comment, notebook.name)
         gb.db.commit()
-        order = list(answered) + sorted(set(written) - set(answered))
-        result.written = [written[name] for name in order if name in written]
+        result.written = _in_order(written, answered)
+
+    def _add_submission(self, aid: str, sid: str):
+        gb = self.gradebook
+        gb.update_or_create_student(sid)
+        with warnings.catch_warnings():
+            # nbgrader's add_submission builds rows in a way SQLAlchemy 2 warns about; the rows are written.
+            warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session")
+            return gb.add_submission(aid, sid)
+
+    def _shape(self, aid: str) -> tuple[str, tuple[_Shape, ...]]:
+        """The released assignment's id and notebooks, read once per batch (a release happens before)."""
+        if aid not in self._shapes:
+            assignment = self.gradebook.find_assignment(aid)
+            shapes = []
+            for nb in assignment.notebooks:
+                graded = [*nb.grade_cells, *nb.task_cells]
+                shapes.append(
+                    _Shape(
+                        nb.id, nb.name,
+                        tuple(_Cell(c.id, c.name, c.cell_type == "markdown", float(c.max_score)) for c in graded),
+                        tuple((c.id, c.name) for c in [*nb.solution_cells, *nb.task_cells]),
+                    )
+                )  # fmt: skip
+            self._shapes[aid] = (assignment.id, tuple(shapes))
+            self.gradebook.db.commit()  # (ends the read: the batch's writes come in their own transactions)
+        return self._shapes[aid]
+
+    def _insert(self, aid: str, result: Result) -> bool:
+        """A first submission: every row nbgrader's ``add_submission`` would make, with this result's
+        scores, in one transaction (the same rows and values as :meth:`record` gives an existing one).
+        False, with nothing written, where the rows exist by now (another process recorded it)."""
+        gb, sid = self.gradebook, result.student_id
+        assignment_id, shapes = self._shape(aid)
+        points = {cell.grade_id: cell.points for cell in result.cells}
+        answered = {w.grade_id: w.answered for w in result.written}
+        rows: dict[type, list[dict]] = {SubmittedNotebook: [], Grade: [], Comment: []}
+        submission_id = new_uuid()
+        written, comments = {}, {}
+        for shape in shapes:
+            notebook_id = new_uuid()
+            rows[SubmittedNotebook].append(
+                {"id": notebook_id, "assignment_id": submission_id, "notebook_id": shape.id, "flagged": False}
+            )
+            for cell in shape.graded:
+                if cell.name in points or (cell.name not in answered and not cell.written):
+                    score, manual = points.get(cell.name, 0.0), False
+                else:
+                    done = answered.get(cell.name, result.status != "unreadable")
+                    score, manual = (None, True) if done else (0.0, False)
+                    if cell.name in shape.commented:
+                        comments[(shape.id, cell.name)] = None if done else "No response."
+                    points_now = None if manual else score
+                    written[cell.name] = WrittenResult(
+                        cell.name, cell.max_score, points_now, done, "", shape.name
+                    )
+                rows[Grade].append(
+                    {"id": new_uuid(), "notebook_id": notebook_id, "cell_id": cell.id, "auto_score": score,
+                     "manual_score": None, "extra_credit": None, "needs_manual_grade": manual}
+                )  # fmt: skip
+            for cell_id, name in shape.solutions:
+                rows[Comment].append(
+                    {"id": new_uuid(), "notebook_id": notebook_id, "cell_id": cell_id,
+                     "auto_comment": comments.get((shape.id, name)), "manual_comment": None}
+                )  # fmt: skip
+        db = gb.db
+        try:
+            if db.get(Student, sid) is None:
+                db.execute(insert(Student.__table__), [{"id": sid}])
+            db.execute(
+                insert(SubmittedAssignment.__table__),
+                [{"id": submission_id, "assignment_id": assignment_id, "student_id": sid}],
+            )
+            for model, values in rows.items():
+                if values:
+                    db.execute(insert(model.__table__), values)
+            db.commit()
+        except IntegrityError:
+            db.rollback()
+            return False
+        result.written = _in_order(written, answered)
+        return True
 
     def scores(self, aid: str) -> dict[str, float]:
         return {s.student.id: s.score for s in self.gradebook.find_assignment(aid).submissions}
+
+
+def _in_order(written: dict[str, WrittenResult], answered: dict[str, bool]) -> list[WrittenResult]:
+    """The written answers in the result's own order, then any other the gradebook holds, by name."""
+    order = list(answered) + sorted(set(written) - set(answered))
+    return [written[name] for name in order if name in written]

@@ -344,7 +344,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
                 f"machine. Widen these cases' rtol/atol in the source notebook:\n  " + "\n  ".join(problems)
             )
         staged = Path(tempfile.mkdtemp(prefix=f"{aid}-reference-", dir=target.parent))
-        captures = [o.folder / "capture" for (_, n), (_, o) in sorted(runs.items()) if n == 1]
+        captures = [o.capture for (_, n), (_, o) in sorted(runs.items()) if n == 1]
         _write_reference(staged, captures, hidden, {
             CELLS_FILE: cells, NOTEBOOKS_FILE: notebooks, CALIBRATION_FILE: calibration, WRITTEN_FILE: written,
         })  # fmt: skip
@@ -404,7 +404,7 @@ def _captured(
     captured = {n: ({}, {}) for n in counts}
     for (name, threads), (_, outcome) in sorted(runs.items()):
         _check_run(f"{aid}/{name}" if len(notebooks) > 1 else aid, threads, outcome, limits)
-        cases, values, problems = load_cases(outcome.folder / "capture")
+        cases, values, problems = load_cases(outcome.capture)
         problems = [p for p in problems if p != "no results were recorded"]
         if problems:
             raise ReferenceError(f"{aid}: the reference run recorded bad data: {problems}")
@@ -433,20 +433,18 @@ def _decide_cells(cells: dict, cases: dict) -> None:
         )
 
 
-def _write_reference(staged: Path, captures: list[Path], hidden: set[str], tables: dict[str, object]) -> None:
+def _write_reference(
+    staged: Path, captures: list[dict[str, bytes]], hidden: set[str], tables: dict[str, object]
+) -> None:
     """The reference's files: the one-thread runs' captured values, their index with hidden names marked,
     and ``tables`` (file name -> data) as JSON."""
     index = []
     for capture in captures:
-        if not capture.is_dir():
-            continue
-        for path in capture.iterdir():
-            if path.name == CASES_INDEX:
-                index += [
-                    _hidden_line(line, hidden) for line in path.read_text(encoding="utf-8").splitlines()
-                ]
-            elif path.is_file():
-                shutil.copyfile(path, staged / path.name)
+        for name, data in capture.items():
+            if name == CASES_INDEX:
+                index += [_hidden_line(line, hidden) for line in data.decode("utf-8").splitlines()]
+            else:
+                (staged / name).write_bytes(data)
     (staged / CASES_INDEX).write_text("".join(line + "\n" for line in index if line.strip()))
     for name, data in tables.items():
         (staged / name).write_text(json.dumps(data, indent=1))

@@ -501,10 +501,9 @@ def mutant_isolation():
 
 
 def _captured(course: Course, aid: str, sid: str) -> dict:
-    from dlcourse.grading import load_cases
+    from autograder.api import kept_values
 
-    _, values, _ = load_cases(course.kept_run(aid, sid) / "capture")
-    return values
+    return kept_values(course, aid, sid)
 
 
 def _differing(mutant: dict, control: dict) -> list[str]:

@@ -50,9 +50,11 @@ inputs, which takes a trained model.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,25 +159,53 @@ def _record(
         fh.write(json.dumps(entry) + "\n")
 
 
+class _Files:
+    """A capture's or a reference's files by name: a directory, or the bytes a run's report carried
+    (``{name: bytes}``, already in the grader's memory: nothing is written to disk to be read back)."""
+
+    def __init__(self, source: Path | str | Mapping[str, bytes]):
+        self.held = source if isinstance(source, Mapping) else None
+        self.directory = None if self.held is not None else Path(source)
+
+    def size(self, name: str) -> int | None:
+        """The file's size, or None where there is no such (regular) file."""
+        if self.held is not None:
+            data = self.held.get(name)
+            return len(data) if isinstance(data, bytes) else None
+        path = self.directory / name
+        return path.stat().st_size if path.is_file() else None
+
+    def text(self, name: str) -> str:
+        if self.held is not None:
+            return self.held[name].decode("utf-8", errors="replace")
+        return (self.directory / name).read_text(encoding="utf-8", errors="replace")
+
+    def array(self, name: str) -> np.ndarray:
+        """The ``.npy`` file's array, never unpickled."""
+        source = io.BytesIO(self.held[name]) if self.held is not None else self.directory / name
+        return np.load(source, allow_pickle=False)
+
+
 def load_cases(
-    directory: Path | str, max_bytes: int = 256 * 2**20
+    source: Path | str | Mapping[str, bytes], max_bytes: int = 256 * 2**20
 ) -> tuple[dict[str, Case], dict[str, np.ndarray], list[str]]:
-    """Read a capture or reference directory defensively: ``(cases, values, problems)``.
+    """Read a capture or reference defensively: ``(cases, values, problems)``. ``source``: its directory,
+    or its files as ``{name: bytes}``.
 
     Meant for data written by untrusted code: never unpickles, skips malformed lines, duplicate names
     (the first one counts), files outside the directory and oversized files, and lists each problem.
     """
-    directory = Path(directory)
+    files = _Files(source)
     cases: dict[str, Case] = {}
     values: dict[str, np.ndarray] = {}
     problems: list[str] = []
-    index = directory / CASES_FILE
-    if not index.is_file():
+    size = files.size(CASES_FILE)
+    if size is None:
         return cases, values, ["no results were recorded"]
-    if index.stat().st_size > 16 * 2**20:
+    if size > 16 * 2**20:
         return cases, values, ["the results index is implausibly large; ignored"]
     total = 0
-    for number, line in enumerate(index.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(files.text(CASES_FILE).splitlines(), 1):
         try:
             entry = json.loads(line)
             name, kind, filename = str(entry["name"]), str(entry["kind"]), str(entry["file"])
@@ -189,17 +219,16 @@ def load_cases(
         if name in cases:
             problems.append(f"case {name!r} was recorded more than once; the first one counts")
             continue
-        path = directory / filename
-        if "/" in filename or not re.fullmatch(r"\d{4,6}\.npy", filename) or not path.is_file():
+        size = files.size(filename) if re.fullmatch(r"\d{4,6}\.npy", filename) else None
+        if size is None:
             problems.append(f"case {name!r}: its data file is missing or misnamed")
             continue
-        size = path.stat().st_size
         total += size
         if total > max_bytes:
             problems.append("recorded results exceed the size limit; the rest were ignored")
             break
         try:
-            value = np.load(path, allow_pickle=False)
+            value = files.array(filename)
         except (ValueError, OSError, EOFError) as err:
             problems.append(f"case {name!r}: unreadable data ({type(err).__name__})")
             continue
@@ -224,15 +253,16 @@ def load_cases(
     return cases, values, problems
 
 
-def load_expected(directory: Path | str, case: Case) -> np.ndarray | None:
+def load_expected(source: Path | str | Mapping[str, bytes], case: Case) -> np.ndarray | None:
     """The expected value a public case was compared with in the kernel, or None (not recorded, unreadable)."""
     if not case.expected_file:
         return None
-    path = Path(directory) / case.expected_file
+    files = _Files(source)
     try:
-        if path.stat().st_size > 64 * 2**20:
+        size = files.size(case.expected_file)
+        if size is None or size > 64 * 2**20:
             return None
-        value = np.load(path, allow_pickle=False)
+        value = files.array(case.expected_file)
     except (ValueError, OSError, EOFError):
         return None
     return value if value.dtype.kind in PLAIN_KINDS else None

@@ -143,9 +143,7 @@ def test_status_and_reason_follow_from_the_run_and_the_verdict(
     )
     summary = {"cells": [{"grade_id": "square", "status": "timeout" if cell_timeout else "ok"}]}
     result = Result("s", "T1", 100, score=sum(c.points for c in cells), cells=cells, flags=flags)
-    g = Grading(
-        Job("s"), None, tmp_path, result, outcome=Outcome(ended, 1.0, tmp_path, summary, "last lines")
-    )
+    g = Grading(Job("s"), None, tmp_path, result, outcome=Outcome(ended, 1.0, {}, summary, "last lines"))
     points = [(c.grade_id, c.points) for c in result.cells]
     assert status_stage(batch, g) is True
     assert (result.status, result.flags) == (status, flags)

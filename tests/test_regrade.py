@@ -173,21 +173,34 @@ def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_it
     linked.symlink_to(capture)  # a capture folder replaced by a link is not followed either
     assert read_capture(linked)[0] == []
 
-    folder = tmp_path / "grader"
-    (folder / "capture").mkdir(parents=True)
-    (folder / "capture" / "cases.jsonl").write_text("{}\n")
-    keep_run(tmp_path / "kept", Outcome("finished", 1.5, folder, {"cells": []}, "tail"), "sha-a")
+    held = {"cases.jsonl": b"{}\n", "0000.npy": b"\x93NUMPY", "0000e.npy": b""}
+    keep_run(tmp_path / "kept", Outcome("finished", 1.5, held, {"cells": []}, "tail"), "sha-a")
     kept = kept_outcome(tmp_path / "kept", "sha-a")
-    assert (kept.status, kept.seconds, kept.summary, kept.folder) == (
-        "finished",
-        1.5,
-        {"cells": []},
-        tmp_path / "kept",
-    )
+    assert (kept.status, kept.seconds, kept.summary, kept.capture) == ("finished", 1.5, {"cells": []}, held)
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["capture.zip", "run.json"]  # two files
     assert kept_outcome(tmp_path / "kept", "sha-b") is None  # handed in again: never decided from this run
     run = tmp_path / "kept" / "run.json"
     run.write_text(run.read_text().replace(f'"layout": {KEPT_LAYOUT}', '"layout": 1'))
     assert kept_outcome(tmp_path / "kept", "sha-a") is None  # an earlier grader's layout: graded again
+
+
+def test_a_kept_capture_gives_back_only_the_names_a_check_writes_within_the_bound(tmp_path, monkeypatch):
+    """The kept zip is the grader's, but it is read as bounded as a run's report: another name (a path, the
+    run's own summary) is never handed to verify, and one larger than any run keeps is refused."""
+    import zipfile
+
+    from autograder import pipeline
+
+    path = tmp_path / "capture.zip"
+    with zipfile.ZipFile(path, "w") as kept:
+        for name in ("cases.jsonl", "0001.npy", "../0002.npy", "run.json", "0003.pkl"):
+            kept.writestr(name, name.encode())
+        with pytest.warns(UserWarning, match="Duplicate name"):  # a second 0001.npy: the first one counts
+            kept.writestr("0001.npy", b"again")
+    assert pipeline.kept_capture(path) == {"cases.jsonl": b"cases.jsonl", "0001.npy": b"0001.npy"}
+    monkeypatch.setattr(pipeline, "KEPT_BYTES", 20)
+    with pytest.raises(ValueError, match="larger than any run keeps"):
+        pipeline.kept_capture(path)
 
 
 @pytest.mark.parametrize("aid", Course().assignments())

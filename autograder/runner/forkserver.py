@@ -418,9 +418,13 @@ def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> N
         return
     _send(sock, {"ready": True, "pid": os.getpid(), "imports": round(imports, 3), "modules": imported})
     running: set[int] = set()
+    ended = _wake_on_child_exit()
     while True:
-        readable, _, _ = select.select([sock], [], [], 0.02)  # (and every 20 ms: which child ended)
-        if readable:
+        # a child that ends wakes this at once (its SIGCHLD writes to `ended`), a request on the socket too
+        readable, _, _ = select.select([sock, ended], [], [], 1.0)
+        if ended in readable:
+            _drain_wakeups(ended)
+        if sock in readable:
             try:
                 data, fds, _, _ = socket.recv_fds(sock, PACKET, 2)
             except OSError:
@@ -457,6 +461,29 @@ def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> N
             pass
 
 
+_WAKEUP: list[int] = []  # the warm parent's SIGCHLD pipe (read end, write end); its children close both
+
+
+def _wake_on_child_exit() -> int:
+    """A pipe that each SIGCHLD writes a byte to (Python's wakeup fd), so the loop that reaps the children
+    sleeps in select until one ends instead of polling; returns its read end."""
+    read, write = os.pipe()
+    for fd in (read, write):
+        os.set_blocking(fd, False)
+    _WAKEUP[:] = [read, write]
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # (a handler, not SIG_IGN: children are still reaped here)
+    return read
+
+
+def _drain_wakeups(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
 def _reap(sock: socket.socket, running: set[int]) -> None:
     """Tell the grader of each child that has ended, with its exit code."""
     while running:
@@ -482,6 +509,10 @@ def _send(sock: socket.socket, message: dict) -> None:
 
 def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
     """In the forked child: isolate, start the kernel from the warm state, run one notebook (never returns)."""
+    signal.set_wakeup_fd(-1)  # the warm parent's way to hear of its children's ends, not this child's
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for fd in _WAKEUP:
+        os.close(fd)
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in any fresh Python

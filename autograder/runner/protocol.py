@@ -12,8 +12,8 @@ no student code runs in it) to its standard output, the pipe the grader holds, a
 The header holds the run summary, each code cell's outputs as the cell left them, and the list of captured
 files; the data their bytes, one after another. The driver reads the capture folder without following
 links and without blocking (regular files only, bounded); the grader reads nothing the submission could
-have named: it parses this frame, bounded in size, and writes what it accepts into a folder of its own
-(:meth:`ChildReport.materialise`). The kernel has its own standard streams (``/dev/null``), so nothing
+have named: it parses this frame, bounded in size, and keeps what it accepts in its own memory
+(:meth:`ChildReport.capture`), where the grader decides the points. The kernel has its own standard streams (``/dev/null``), so nothing
 the student's code prints can reach this pipe.
 """
 
@@ -190,13 +190,12 @@ class ChildReport:
         report.problems += [str(p)[:300] for p in problems[:50]]
         return report
 
-    def materialise(self, folder: Path) -> None:
-        """Write the captured files into ``folder`` (the grader's own, made here): ``folder/capture``.
-        ``.npy`` files are checked to load without pickle; what does not is left out."""
+    def capture(self) -> dict[str, bytes]:
+        """The captured files as ``{name: bytes}``, held in memory (where verify reads them and from which a
+        run is kept). ``.npy`` files are checked to load without pickle; what does not is left out."""
         import numpy as np
 
-        capture = folder / "capture"
-        capture.mkdir(parents=True, exist_ok=True)
+        held = {}
         for name, data in self.files:
             if name.endswith(".npy"):
                 try:
@@ -204,7 +203,8 @@ class ChildReport:
                 except Exception as err:
                     self.problems.append(f"{name}: unreadable data ({type(err).__name__})")
                     continue
-            (capture / name).write_bytes(data)
+            held[name] = data
+        return held
 
 
 def _text_that_encodes(value):

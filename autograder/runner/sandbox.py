@@ -101,15 +101,15 @@ class Limits:
 
 @dataclass
 class Outcome:
-    """What came back from one run: plain data only, all of it untrusted, in a folder of the grader's own
-    (``folder/capture``: the captured cases, as the report carried them; nothing the submission wrote on
+    """What came back from one run: plain data only, all of it untrusted, held in the grader's memory
+    (``capture``: the captured files by name, as the report carried them; nothing the submission wrote on
     disk is ever read)."""
 
     STATUSES = ("finished", *STOPPED)
 
     status: str  # one of STATUSES; "error" is the grader's failure (no student code ran)
     seconds: float
-    folder: Path
+    capture: dict  # name -> bytes: cases.jsonl and the .npy files of the captured values
     summary: dict = field(default_factory=dict)
     detail: str = ""
     peak_memory_mb: float | None = None  # the sandbox's whole process tree, sampled every 0.2 s
@@ -138,9 +138,9 @@ class Sandbox:
         # grader-owned, readable by all: the child's folders below it are the submission's
         self.scratch = Path(tempfile.mkdtemp(prefix="dlcourse-run-"))
         self.scratch.chmod(0o755)
-        self.results = Path(tempfile.mkdtemp(prefix="dlcourse-results-"))  # the grader's alone (0700)
         self.uid, self._uid_lock = allocate_uid() if os.geteuid() == 0 else (None, None)
         self.process: subprocess.Popen | None = None
+        self._killed = False
         self._ready = threading.Event()
         self._reader_state = ReportReader(READY.encode())
         self._log = self._reader_state.log
@@ -243,7 +243,7 @@ class Sandbox:
         if not self.wait_ready(timeout=self.limits.timeout):
             self.kill()
             why = "the sandbox's kernel did not start (no student code ran)"
-            return Outcome("error", time.monotonic() - start, self.results, detail=self._tail(why))
+            return Outcome("error", time.monotonic() - start, {}, detail=self._tail(why))
         sandboxed = self.isolation.namespaces or self.isolation.mode == "bubblewrap"
         folders = (*(str(self.scratch / f) for f in PRIVATE), *SHARED_TEMP) if sandboxed else ()
         watchdog = Watchdog(self.process, self.limits, self.forked, self.uid, folders)
@@ -261,7 +261,7 @@ class Sandbox:
         self.kill()
         if getattr(self.process, "lost", False):
             why = "the warm parent that forked this run died (the grader's failure)"
-            return Outcome("error", seconds, self.results, detail=self._tail(why))
+            return Outcome("error", seconds, {}, detail=self._tail(why))
         return self._outcome(status, seconds, watchdog)
 
     def _outcome(self, status: str, seconds: float, watchdog: Watchdog) -> Outcome:
@@ -281,21 +281,24 @@ class Sandbox:
                 detail = self._tail(f"the run's report was refused: {self._reader_state.broken}")
             report = ChildReport()
         summary = report.summary
-        report.materialise(self.results)
+        capture = report.capture()
         if report.problems:
             summary = {**summary, "problems": report.problems}
         if status == "finished" and summary.get("stopped") == "DeadKernelError":
             status = "crashed"
         peak = round(watchdog.peak_rss / 2**20, 1) if watchdog.peak_rss else None
-        return Outcome(status, seconds, self.results, summary, detail, peak, report.outputs)
+        return Outcome(status, seconds, capture, summary, detail, peak, report.outputs)
 
     def _tail(self, prefix: str) -> str:
         return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])
 
     def kill(self) -> None:
-        """Kill the child and everything it started (its session, its PID namespace, its user id)."""
-        if self.process is not None:
+        """Kill the child and everything it started (its session, its PID namespace, its user id). Once
+        that is done and the child has ended, again is nothing more: every process of the user id had its
+        SIGKILL, and a process with one pending starts no other."""
+        if self.process is not None and not self._killed:
             kill_child(self.process, self.forked, self.uid)
+            self._killed = self.process.poll() is not None
 
     def cleanup(self) -> None:
         self.kill()
@@ -311,7 +314,6 @@ class Sandbox:
                 except (OSError, ValueError, AttributeError):
                     pass
         shutil.rmtree(self.scratch, ignore_errors=True)
-        shutil.rmtree(self.results, ignore_errors=True)
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None

@@ -1,0 +1,127 @@
+"""A first submission's gradebook rows are written in one transaction from the assignment's structure, read
+once per batch (``Recorder._insert``), not by nbgrader's ``add_submission`` and an update. Both ways must
+leave the same rows and values, for every kind of cell nbgrader knows, or formgrader, the export and the
+feedback would differ with how a student happened to be recorded."""
+
+from __future__ import annotations
+
+import pytest
+from nbgrader.api import Gradebook
+
+from autograder.record import Recorder
+from autograder.result import CellResult, Result, WrittenResult
+
+
+def release(db_url: str) -> None:
+    """An assignment of two notebooks with autograded cells, a written answer (a markdown grade cell that is a
+    solution cell), a task, a plain solution cell, and a written answer in the second notebook."""
+    with Gradebook(db_url) as gb:
+        gb.add_assignment("PS")
+        for nb in ("one", "two"):
+            gb.add_notebook(nb, "PS")
+        gb.add_grade_cell("auto_a", "one", "PS", max_score=10, cell_type="code")
+        gb.add_grade_cell("auto_b", "one", "PS", max_score=5, cell_type="code")
+        gb.add_grade_cell("essay", "one", "PS", max_score=4, cell_type="markdown")
+        gb.add_solution_cell("essay", "one", "PS")
+        gb.add_solution_cell("code_answer", "one", "PS")
+        gb.add_task_cell("task", "one", "PS", max_score=3, cell_type="markdown")
+        gb.add_grade_cell("auto_c", "two", "PS", max_score=6, cell_type="code")
+        gb.add_grade_cell("essay2", "two", "PS", max_score=2, cell_type="markdown")
+        gb.add_solution_cell("essay2", "two", "PS")
+
+
+def result(sid: str, status: str, points: dict[str, float], answered: dict[str, bool]) -> Result:
+    r = Result(sid, "PS", 21.0)
+    r.status = status
+    r.cells = [CellResult(g, p, 10.0, p > 0) for g, p in points.items()]
+    r.written = [WrittenResult(g, 4.0, None, a) for g, a in answered.items()]
+    return r
+
+
+RESULTS = [
+    result("all", "graded", {"auto_a": 10.0, "auto_b": 5.0, "auto_c": 6.0}, {"essay": True, "essay2": True}),
+    result(
+        "stub", "graded", {"auto_a": 0.0, "auto_b": 0.0, "auto_c": 0.0}, {"essay": False, "essay2": False}
+    ),
+    result("mixed", "flagged", {"auto_a": 3.5}, {"essay": True}),  # auto_b, auto_c never ran; essay2 lost
+    result("unreadable", "unreadable", {}, {}),
+]
+
+
+def rows(db_url: str, sid: str) -> dict:
+    """Everything the gradebook holds of one submission, by names (ids differ), and its computed scores."""
+    with Gradebook(db_url) as gb:
+        s = gb.find_submission("PS", sid)
+        found = {
+            "submission": (s.timestamp, s.extension, s.score, s.max_score, s.needs_manual_grade),
+            "student": (gb.find_student(sid).first_name, gb.find_student(sid).email),
+        }
+        for nb in s.notebooks:
+            found[nb.name] = (
+                nb.flagged,
+                nb.late_submission_penalty,
+                nb.score,
+                nb.needs_manual_grade,
+                sorted(
+                    (g.name, g.cell.type, g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade)
+                    for g in nb.grades
+                ),
+                sorted((c.name, c.cell.type, c.auto_comment, c.manual_comment) for c in nb.comments),
+            )
+        return found
+
+
+@pytest.mark.parametrize("made", RESULTS, ids=[r.student_id for r in RESULTS])
+def test_a_first_submission_gets_the_rows_nbgraders_add_submission_and_an_update_would(made, tmp_path):
+    fast, slow = f"sqlite:///{tmp_path / 'fast.db'}", f"sqlite:///{tmp_path / 'slow.db'}"
+    release(fast)
+    release(slow)
+    one, other = Result.from_dict(made.to_dict()), Result.from_dict(made.to_dict())
+    with Recorder(fast) as recorder:
+        recorder.record("PS", one)
+    with Recorder(slow) as recorder:
+        recorder._add_submission("PS", made.student_id)  # nbgrader's own rows, then the update
+        recorder.record("PS", other)
+    assert rows(fast, made.student_id) == rows(slow, made.student_id)
+    assert one.written == other.written
+    assert len(rows(fast, made.student_id)["one"][4]) == 4  # every grade row is there (a task has one)
+
+
+def test_a_batch_records_many_first_submissions_and_a_later_run_updates_them(tmp_path):
+    """One Recorder (the structure read once) for several new students, then a second run over the same
+    students takes the update path and keeps an instructor's manual score."""
+    db = f"sqlite:///{tmp_path / 'gb.db'}"
+    release(db)
+    with Recorder(db) as recorder:
+        for made in RESULTS:
+            recorder.record("PS", Result.from_dict(made.to_dict()))
+        assert recorder.scores("PS") == {"all": 21.0, "stub": 0.0, "mixed": 3.5, "unreadable": 0.0}
+    with Gradebook(db) as gb:
+        essay = gb.find_grade("essay", "one", "PS", "all")
+        essay.manual_score, essay.needs_manual_grade = 4.0, False
+        gb.db.commit()
+    again = Result.from_dict(RESULTS[0].to_dict())
+    with Recorder(db) as recorder:
+        recorder.record("PS", again)
+        assert recorder.scores("PS")["all"] == 25.0
+    # the instructor's score comes back with the result; the task is graded by hand too
+    assert [(w.grade_id, w.points) for w in again.written] == [
+        ("essay", 4.0),
+        ("essay2", None),
+        ("task", None),
+    ]
+
+
+def test_a_submission_recorded_meanwhile_by_another_grader_is_updated_not_duplicated(tmp_path):
+    db = f"sqlite:///{tmp_path / 'gb.db'}"
+    release(db)
+    with Recorder(db) as mine, Recorder(db) as theirs:
+        mine._shape("PS")  # the structure read first, as a batch does
+        theirs.record("PS", Result.from_dict(RESULTS[1].to_dict()))
+        # the other grader's row exists now; this one's insert must not fail nor add a second submission
+        late = Result.from_dict({**RESULTS[0].to_dict(), "student_id": "stub"})
+        assert mine._insert("PS", late) is False
+        mine.record("PS", late)
+    with Gradebook(db) as gb:
+        assert len(gb.find_assignment("PS").submissions) == 1
+        assert gb.find_submission("PS", "stub").score == 21.0
