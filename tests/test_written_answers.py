@@ -267,3 +267,19 @@ def test_one_student_has_one_final_grade_with_written_points_and_a_late_penalty(
         submission = gb.find_submission("T1", "ada")
         penalty = sum(n.late_submission_penalty or 0 for n in submission.notebooks)
         assert (submission.score, penalty, submission.score - penalty) == (104, 10.4, 93.6)
+
+
+def test_the_kept_capture_holds_every_case_the_reference_has_and_the_blank_none_of_its_values(graded):
+    """What ``regrade`` and the mutation benchmark read back of a student's run (``kept_values``): the values
+    the checks captured, kept in one file per run."""
+    import numpy as np
+
+    from autograder.api import kept_values
+    from dlcourse.grading import load_cases
+
+    course, _ = graded
+    _, expected, _ = load_cases(course.reference_dir / "T1")
+    ada = kept_values(course, "T1", "ada")
+    assert ada.keys() == expected.keys() and expected
+    assert all(np.array_equal(ada[name], expected[name]) for name in expected)  # the solution's own values
+    assert kept_values(course, "T1", "nobody") == {}
