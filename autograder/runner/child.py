@@ -12,6 +12,7 @@ kernel shares, so the grader treats it as untrusted input.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -143,6 +144,59 @@ def _kernel_preexec() -> None:
 HIDDEN_ERROR = "ERROR: an error occurred while the notebook had disabled showing it"
 
 
+@functools.cache
+def ready_client_class():
+    """jupyter_client's ``AsyncKernelClient`` whose wait for a new kernel ends when the kernel has answered
+    ``kernel_info`` and IOPub has carried a message (so no output of the first cell can be lost), as
+    jupyter_client's does; it then does not wait on until IOPub has been silent for 0.2 s. Those messages
+    belong to ``kernel_info``, and nbclient reads only those of the cell it runs. Started in the gap between
+    two proof steps, a kernel thus costs no idle 0.2 s."""
+    import time
+    from queue import Empty
+
+    from jupyter_client.asynchronous import AsyncKernelClient
+
+    class ReadyClient(AsyncKernelClient):
+        async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
+            deadline = time.time() + (float("inf") if timeout is None else timeout)
+            while True:
+                self.kernel_info()
+                try:
+                    msg = await self.shell_channel.get_msg(timeout=1)
+                except Empty:
+                    msg = None
+                if msg is not None and msg["msg_type"] == "kernel_info_reply":
+                    try:  # IOPub is connected once a message comes on it
+                        await self.iopub_channel.get_msg(timeout=0.2)
+                    except Empty:
+                        pass
+                    else:
+                        self._handle_kernel_info_reply(msg)
+                        return
+                if not await self._async_is_alive():
+                    raise RuntimeError("Kernel died before replying to kernel_info")
+                if time.time() > deadline:
+                    raise RuntimeError(f"Kernel didn't respond in {timeout} seconds")
+
+        wait_for_ready = _async_wait_for_ready
+
+    return ReadyClient
+
+
+@functools.cache
+def ready_kernel_manager_class():
+    """jupyter_client's ``AsyncKernelManager`` whose clients are :func:`ready_client_class`'s."""
+    from jupyter_client import AsyncKernelManager
+    from traitlets import default
+
+    class ReadyKernelManager(AsyncKernelManager):
+        @default("client_factory")
+        def _ready_client(self):
+            return ready_client_class()
+
+    return ReadyKernelManager
+
+
 def make_client(cell_timeout: float):
     import nbformat
     from nbclient import NotebookClient
@@ -181,7 +235,7 @@ def make_client(cell_timeout: float):
     nb = nbformat.v4.new_notebook()
     return LimitedClient(
         nb, timeout=cell_timeout, kernel_name="python3", allow_errors=True, interrupt_on_timeout=False,
-        on_cell_executed=error_from_reply,
+        on_cell_executed=error_from_reply, kernel_manager_class=ready_kernel_manager_class(),
     )  # fmt: skip
 
 

@@ -676,11 +676,9 @@ def _kernel(request: ChildRequest) -> None:
 
 def _drive(request: ChildRequest, init: int) -> None:
     """Drive the kernel with nbclient: the same steps, messages and run.json as autograder.runner.child."""
-    from jupyter_client import AsyncKernelManager
+    from autograder.runner.child import READY, make_client, ready_kernel_manager_class, run_notebook
 
-    from autograder.runner.child import READY, make_client, run_notebook
-
-    class ForkedKernelManager(AsyncKernelManager):
+    class ForkedKernelManager(ready_kernel_manager_class()):
         """The kernel this child forked: alive while its init process is; killing it ends its namespace."""
 
         @property

@@ -1,0 +1,90 @@
+"""A run's kernel is ready once it has answered ``kernel_info`` and IOPub has carried a message: the driver's
+client (``ready_client_class``) does not then wait for 0.2 s of silence on IOPub as jupyter_client's does (a
+kernel started between two steps of the proof left both cores idle that long). The first cell's output must
+still arrive whole, and nothing of ``kernel_info`` may show in it."""
+
+from __future__ import annotations
+
+import asyncio
+from queue import Empty
+
+import nbformat
+import pytest
+
+from autograder.runner.child import make_client, ready_client_class, ready_kernel_manager_class
+
+
+class FakeChannel:
+    def __init__(self, messages: list):
+        self.messages, self.asked = list(messages), []
+
+    async def get_msg(self, timeout=None):
+        self.asked.append(timeout)
+        if not self.messages:
+            raise Empty
+        return self.messages.pop(0)
+
+
+def fake_client(shell: list, iopub: list):
+    class Fake(ready_client_class()):  # its wait, with channels that hold what a kernel would send
+        shell_channel = property(lambda self: self._shell)
+        iopub_channel = property(lambda self: self._iopub)
+
+    client = Fake()
+    client._shell, client._iopub = FakeChannel(shell), FakeChannel(iopub)
+    client.kernel_info = lambda: None
+    client._handle_kernel_info_reply = lambda msg: setattr(client, "info", msg)
+
+    async def alive():
+        return True
+
+    client._async_is_alive = alive
+    return client
+
+
+def test_ready_once_the_reply_and_one_iopub_message_came_without_waiting_for_silence():
+    reply = {"msg_type": "kernel_info_reply", "content": {}}
+    client = fake_client([reply], [{"msg_type": "status"}, {"msg_type": "status"}])
+    asyncio.run(client.wait_for_ready(timeout=5))
+    assert client.info is reply
+    assert client.iopub_channel.asked == [0.2]  # one message read to see IOPub connected; no drain after it
+
+
+def test_without_a_message_on_iopub_it_asks_again_as_jupyter_client_does():
+    reply = {"msg_type": "kernel_info_reply", "content": {}}
+    client = fake_client([reply, reply], [])
+    client.iopub_channel.messages = []
+    asked = []
+
+    async def get_msg(timeout=None):  # IOPub connects only after the first kernel_info
+        asked.append(timeout)
+        if len(asked) in (1, 3):  # (the third: what a drain after readiness would ask)
+            raise Empty
+        return {"msg_type": "status"}
+
+    client.iopub_channel.get_msg = get_msg
+    asyncio.run(client.wait_for_ready(timeout=5))
+    assert asked == [0.2, 0.2] and client.info is reply
+
+
+def test_both_drivers_use_it():
+    from jupyter_client.asynchronous import AsyncKernelClient
+
+    assert issubclass(ready_client_class(), AsyncKernelClient)
+    assert make_client(10).kernel_manager_class is ready_kernel_manager_class()
+    assert isinstance(ready_kernel_manager_class()(kernel_name="python3").client(), ready_client_class())
+
+
+@pytest.mark.slow
+def test_a_real_kernels_first_cell_has_its_whole_output_and_nothing_of_kernel_info():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('first'); 6 * 7")])
+    client = make_client(60)
+    client.nb = nb
+    with client.setup_kernel():
+        assert isinstance(client.kc, ready_client_class())
+        client.execute_cell(nb.cells[0], 0)
+    outputs = nb.cells[0].outputs
+    assert [(o.output_type, o.get("text") or o.get("data", {}).get("text/plain")) for o in outputs] == [
+        ("stream", "first\n"),
+        ("execute_result", "42"),
+    ]
