@@ -13,8 +13,8 @@ The header holds the run summary, each code cell's outputs as the cell left them
 files; the data their bytes, one after another. The driver reads the capture folder without following
 links and without blocking (regular files only, bounded); the grader reads nothing the submission could
 have named: it parses this frame, bounded in size, and keeps what it accepts in its own memory
-(:meth:`ChildReport.capture`), where the grader decides the points. The kernel has its own standard streams (``/dev/null``), so nothing
-the student's code prints can reach this pipe.
+(:meth:`ChildReport.capture`), where it decides the points. The kernel has its own standard streams
+(``/dev/null``), so nothing the student's code prints can reach this pipe.
 """
 
 from __future__ import annotations

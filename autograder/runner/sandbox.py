@@ -293,9 +293,9 @@ class Sandbox:
         return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])
 
     def kill(self) -> None:
-        """Kill the child and everything it started (its session, its PID namespace, its user id). Once
-        that is done and the child has ended, again is nothing more: every process of the user id had its
-        SIGKILL, and a process with one pending starts no other."""
+        """Kill the child and everything it started (its session, its PID namespace, its user id). Done once
+        the child has ended: every process of the user id has had its SIGKILL by then, and a process with
+        one pending starts no other, so a second sweep would find nothing to kill."""
         if self.process is not None and not self._killed:
             kill_child(self.process, self.forked, self.uid)
             self._killed = self.process.poll() is not None
