@@ -3,4 +3,50 @@
 Run it as ``python -m autograder --help``. What other code (the benchmarks, a course's own scripts) may use
 is :mod:`autograder.api`: ``from autograder.api import grade``. This file imports nothing, so a sandboxed
 child that imports one module of the package loads nothing else.
+
+It does one thing on import: :class:`WithoutIriGrammar`. nbformat, which every grader process, warm parent and
+sandboxed child loads, imports jsonschema; jsonschema's format checkers import ``rfc3987_syntax`` where it is
+installed (jupyter-events installs it), only for the ``iri`` and ``iri-reference`` formats, and that module
+builds three Earley parsers as it loads: 0.75 to 0.9 s of every such process, a third of a warm parent's
+start. No notebook schema uses those formats, so while jsonschema's format checkers load in this package's
+processes, that one import is skipped: jsonschema then has no ``iri`` checkers in them. Anything else that
+imports ``rfc3987_syntax`` gets it as usual, and a kernel forked from a warm parent gets a jsonschema of its
+own, with every checker, when its code imports it (:func:`give_back_jsonschema`).
 """
+
+import sys
+
+_FORMATS = "jsonschema._format"  # the module whose optional import of the grammar is skipped
+_GRAMMAR = "rfc3987_syntax"
+
+
+class WithoutIriGrammar:
+    """A finder (first on ``sys.meta_path``) that refuses ``rfc3987_syntax`` to jsonschema's format module
+    alone, which then goes without its ``iri`` checkers (it catches the ImportError)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != _GRAMMAR:
+            return None
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_globals.get("__name__") == _FORMATS:
+                raise ModuleNotFoundError(
+                    f"{_GRAMMAR} is not loaded by the autograder's jsonschema", name=name
+                )
+            frame = frame.f_back
+        return None
+
+
+def give_back_jsonschema() -> None:
+    """In a kernel forked from a warm parent, before any of its code: a notebook that imports jsonschema
+    loads it afresh, with every format checker a plain kernel has (the warm parent's copy, without ``iri``,
+    stays with nbformat, which validates notebooks only)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, WithoutIriGrammar)]
+    if _FORMATS in sys.modules and _GRAMMAR not in sys.modules:
+        for name in [n for n in sys.modules if n == "jsonschema" or n.startswith("jsonschema.")]:
+            del sys.modules[name]
+
+
+if not any(isinstance(f, WithoutIriGrammar) for f in sys.meta_path):
+    sys.meta_path.insert(0, WithoutIriGrammar())

@@ -356,3 +356,66 @@ def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
     source.cells.append(new_code_cell("fast = torch.compile(lambda x: x + 1)"))
     course = Course(root=make_course(tmp_path / "again", notebook=source))
     assert {"torch._inductor.compile_fx", "torch.export"} <= set(frameworks_used(course, "T1"))
+
+
+FORMAT_CHECKERS = "import jsonschema\nprint(sorted(jsonschema.FormatChecker.checkers))"
+
+
+def test_the_grader_loads_nbformat_without_the_iri_grammar_and_leaves_that_module_to_everyone_else():
+    """jsonschema's ``iri`` checkers import rfc3987_syntax, which builds three parsers as it loads (0.8 s of
+    every grader process, warm parent and child). The grader's processes skip that one import and nothing else:
+    a notebook still validates, and the module itself imports for any other code."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("rfc3987_syntax")
+    code = (
+        "import sys, autograder, nbformat\n"
+        "nbformat.validate(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')]))\n"
+        "assert 'jsonschema._format' in sys.modules and 'rfc3987_syntax' not in sys.modules\n"
+        "import rfc3987_syntax\n"
+        "assert rfc3987_syntax.is_valid_syntax('iri', 'https://example.org/x')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["fork", "spawn"])
+def test_a_kernel_gets_jsonschema_with_every_format_checker_a_plain_python_has(runner):
+    """The warm parent's jsonschema, loaded without the iri grammar, is not what a notebook imports."""
+    import subprocess
+    import sys
+
+    plain = subprocess.run(
+        [sys.executable, "-c", FORMAT_CHECKERS], capture_output=True, text=True, check=True
+    )
+    isolation = resolve("basic", runner)
+    if runner == "fork" and not isolation.namespaces:
+        pytest.skip("this machine lets no process make namespaces (neither root nor user namespaces)")
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell(FORMAT_CHECKERS)])
+    outcome = run_in_sandbox(nb, ("numpy",), isolation)
+    assert outcome.status == "finished", outcome.detail
+    assert outcome.summary["cells"][0]["output"].strip() == plain.stdout.strip()
+
+
+def test_a_warm_parent_compiles_nbformats_validators_so_its_drivers_read_notebooks_without_compiling():
+    """fastjsonschema writes and compiles each validator on its first use in a process (30 to 45 ms of every
+    run's driver); the parent makes them once, for every minor version of nbformat 4."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, fastjsonschema, nbformat, nbformat.v4\n"
+        "from autograder.runner.forkserver import warm_up\n"
+        "warm_up([], None)\n"
+        "def refuse(*args, **kwargs):\n"
+        "    raise AssertionError('compiled a validator after the warm-up')\n"
+        "fastjsonschema.compile = refuse\n"
+        "for minor in range(nbformat.v4.nbformat_minor + 1):\n"
+        "    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
+        "    nb.nbformat_minor = minor\n"
+        "    if minor < 5:\n"
+        "        del nb.cells[0]['id']\n"
+        "    nbformat.reads(json.dumps(nb), as_version=4)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))

@@ -11,7 +11,13 @@ from queue import Empty
 import nbformat
 import pytest
 
-from autograder.runner.child import make_client, ready_client_class, ready_kernel_manager_class
+from autograder.runner.child import (
+    IOPUB_WAIT,
+    RECONNECT_MS,
+    make_client,
+    ready_client_class,
+    ready_kernel_manager_class,
+)
 
 
 class FakeChannel:
@@ -47,7 +53,9 @@ def test_ready_once_the_reply_and_one_iopub_message_came_without_waiting_for_sil
     client = fake_client([reply], [{"msg_type": "status"}, {"msg_type": "status"}])
     asyncio.run(client.wait_for_ready(timeout=5))
     assert client.info is reply
-    assert client.iopub_channel.asked == [0.2]  # one message read to see IOPub connected; no drain after it
+    assert client.iopub_channel.asked == [
+        IOPUB_WAIT
+    ]  # one message read to see IOPub connected; no drain after it
 
 
 def test_without_a_message_on_iopub_it_asks_again_as_jupyter_client_does():
@@ -64,7 +72,25 @@ def test_without_a_message_on_iopub_it_asks_again_as_jupyter_client_does():
 
     client.iopub_channel.get_msg = get_msg
     asyncio.run(client.wait_for_ready(timeout=5))
-    assert asked == [0.2, 0.2] and client.info is reply
+    assert asked == [IOPUB_WAIT, IOPUB_WAIT] and client.info is reply
+
+
+def test_its_sockets_try_again_to_connect_every_few_milliseconds_not_every_100():
+    """The client connects before the kernel has bound its sockets; zmq's own 100 ms between tries cost every
+    run's start 100 to 180 ms."""
+    import zmq
+
+    assert RECONNECT_MS <= 10 and IOPUB_WAIT < 0.2
+    client = ready_kernel_manager_class()(kernel_name="python3").client()
+    client.ip, client.transport = "127.0.0.1", "tcp"
+    client.iopub_port = client.shell_port = 1  # (nothing listens: the sockets only try)
+    sockets = [client.connect_iopub(), client.connect_shell()]
+    try:
+        assert [s.getsockopt(zmq.RECONNECT_IVL) for s in sockets] == [RECONNECT_MS, RECONNECT_MS]
+    finally:
+        for s in sockets:
+            s.close(linger=0)
+        client.context.destroy(linger=0)
 
 
 def test_both_drivers_use_it():

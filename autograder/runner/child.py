@@ -150,13 +150,28 @@ def ready_client_class():
     ``kernel_info`` and IOPub has carried a message (so no output of the first cell can be lost), as
     jupyter_client's does; it then does not wait on until IOPub has been silent for 0.2 s. Those messages
     belong to ``kernel_info``, and nbclient reads only those of the cell it runs. Started in the gap between
-    two proof steps, a kernel thus costs no idle 0.2 s."""
+    two proof steps, a kernel thus costs no idle 0.2 s.
+
+    Its sockets try again to connect every :data:`RECONNECT_MS` (zmq's default is 100 ms). The client
+    connects as soon as the kernel is started, before the kernel has bound every socket: its IOPub then
+    connected 100 to 180 ms later than it could, and the kernel's answer to the first ``kernel_info`` went
+    out on an IOPub nobody listened to yet, so the wait for an IOPub message ran its whole time before
+    asking again. It now asks again after :data:`IOPUB_WAIT` s."""
     import time
     from queue import Empty
 
+    import zmq.asyncio
     from jupyter_client.asynchronous import AsyncKernelClient
+    from traitlets import default
 
     class ReadyClient(AsyncKernelClient):
+        @default("context")
+        def _reconnecting_context(self) -> zmq.asyncio.Context:
+            self._created_context = True
+            context = zmq.asyncio.Context()
+            context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)  # (the default for its sockets)
+            return context
+
         async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
             deadline = time.time() + (float("inf") if timeout is None else timeout)
             while True:
@@ -167,7 +182,7 @@ def ready_client_class():
                     msg = None
                 if msg is not None and msg["msg_type"] == "kernel_info_reply":
                     try:  # IOPub is connected once a message comes on it
-                        await self.iopub_channel.get_msg(timeout=0.2)
+                        await self.iopub_channel.get_msg(timeout=IOPUB_WAIT)
                     except Empty:
                         pass
                     else:
@@ -181,6 +196,10 @@ def ready_client_class():
         wait_for_ready = _async_wait_for_ready
 
     return ReadyClient
+
+
+RECONNECT_MS = 5  # how often a driver's socket tries again to reach a kernel that has not bound it yet
+IOPUB_WAIT = 0.05  # s: after a kernel_info reply, how long an IOPub message may take before it is asked again
 
 
 @functools.cache

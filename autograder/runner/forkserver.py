@@ -46,6 +46,7 @@ import threading
 import time
 from pathlib import Path
 
+from autograder import give_back_jsonschema
 from autograder.runner.child import CLONE_NEWIPC, CLONE_NEWUTS
 from autograder.runner.linux import (
     CLONE_NEWNS,
@@ -387,6 +388,20 @@ def use_precompiled_header() -> bool:
     return True
 
 
+def compile_notebook_validators() -> None:
+    """Every driver reads its notebook with nbformat, which validates it with a validator that fastjsonschema
+    writes and compiles (Python source) on its first use in a process: 30 to 45 ms of each run's CPU. Made
+    here once, for each minor version of nbformat 4 (Colab saves 4.0, JupyterLab 4.5), its drivers have them."""
+    try:
+        import nbformat.v4
+        from nbformat.validator import get_validator
+
+        for minor in range(nbformat.v4.nbformat_minor + 1):
+            get_validator(4, minor)
+    except Exception as err:  # each driver compiles the one it needs, as in any process
+        print(f"warm parent: compiling nbformat's validators failed: {type(err).__name__}: {err}", flush=True)
+
+
 def warm_up(warm: list[str], headers: str | None) -> list[str]:
     """The parent's one-off work: import ``warm`` and what kernels need (returns what imported), and for an
     assignment that compiles, torch.compile's probes and header. Then freeze what it made."""
@@ -401,6 +416,7 @@ def warm_up(warm: list[str], headers: str | None) -> list[str]:
         pick_vector_isa()
         if headers:
             precompile_header(Path(headers))
+    compile_notebook_validators()
     # What the imports made lives as long as the parent: kept out of the garbage collector's reach, a child's
     # collections do not walk (and so copy, page by page) the parent's objects.
     gc.collect()
@@ -660,6 +676,7 @@ def _kernel(request: ChildRequest) -> None:
         sys.modules["numpy"].random.seed()
     set_threads(request.threads)
     use_precompiled_header()
+    give_back_jsonschema()
     import importlib.util
 
     from ipykernel.kernelapp import IPKernelApp
