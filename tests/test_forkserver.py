@@ -419,3 +419,35 @@ def test_a_warm_parent_compiles_nbformats_validators_so_its_drivers_read_noteboo
         "    nbformat.reads(json.dumps(nb), as_version=4)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_a_warm_parents_kernel_shows_its_first_traceback_without_compiling_the_lexer_again():
+    """IPython's traceback of a failing cell highlights the code with pygments, whose lexer compiles about a
+    hundred patterns on its first use (with the first pass of ``inspect.getmodule`` over thousands of torch
+    modules, 60 to 80 ms of each run's first error). The parent formats one traceback; its kernels reuse it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import contextlib, io, re._compiler as compiler\n"
+        "from autograder.runner.forkserver import warm_up\n"
+        "warm_up(['numpy'], None)\n"
+        "count, real = [0], compiler.compile\n"
+        "def counting(*args, **kwargs):\n"
+        "    count[0] += 1\n"
+        "    return real(*args, **kwargs)\n"
+        "compiler.compile = counting\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "shell.run_cell('x = 1')\n"
+        "before = count[0]\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as shown:\n"
+        "    shell.run_cell('def f():\\n    raise NotImplementedError()\\nf()')\n"
+        "assert 'NotImplementedError' in shown.getvalue(), shown.getvalue()\n"
+        "print(count[0] - before)\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)),
+    )  # fmt: skip
+    assert int(ran.stdout.strip().splitlines()[-1]) <= 5, ran.stdout

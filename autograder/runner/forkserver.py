@@ -402,6 +402,31 @@ def compile_notebook_validators() -> None:
         print(f"warm parent: compiling nbformat's validators failed: {type(err).__name__}: {err}", flush=True)
 
 
+def format_one_traceback() -> None:
+    """A kernel shows a failing cell's traceback as IPython does: stack_data and pygments, whose Python lexer
+    compiles a few hundred patterns on its first use, and a first pass of ``inspect.getmodule`` over every
+    loaded module (thousands, with torch). That was 60 to 80 ms of the first error of each run, and most
+    partial or blank submissions have one. Done here once on the parent's own code, its kernels find the
+    patterns compiled (``re``'s cache) and the modules' files known."""
+    try:
+        import inspect
+
+        from IPython.core import ultratb
+        from pygments.lexers import get_lexer_by_name
+
+        class Lexer(type(get_lexer_by_name("python3"))):  # (as stack_data does: a subclass per traceback)
+            pass
+
+        Lexer(stripnl=False)
+        try:
+            raise NotImplementedError("the warm parent's own")
+        except NotImplementedError:
+            ultratb.AutoFormattedTB(mode="Context").structured_traceback(*sys.exc_info())
+        inspect.getmodule(compile("", "<warm parent>", "exec"))
+    except Exception as err:  # each kernel does it on its first error, as any kernel does
+        print(f"warm parent: formatting a traceback failed: {type(err).__name__}: {err}", flush=True)
+
+
 def warm_up(warm: list[str], headers: str | None) -> list[str]:
     """The parent's one-off work: import ``warm`` and what kernels need (returns what imported), and for an
     assignment that compiles, torch.compile's probes and header. Then freeze what it made."""
@@ -417,6 +442,7 @@ def warm_up(warm: list[str], headers: str | None) -> list[str]:
         if headers:
             precompile_header(Path(headers))
     compile_notebook_validators()
+    format_one_traceback()
     # What the imports made lives as long as the parent: kept out of the garbage collector's reach, a child's
     # collections do not walk (and so copy, page by page) the parent's objects.
     gc.collect()
