@@ -4,6 +4,7 @@ notebooks, as data), reading the child's run summary, and the status table every
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -311,3 +312,18 @@ def test_the_graders_model_evaluations_run_one_at_a_time(monkeypatch):
     for thread in threads:
         thread.join()
     assert most == {"model_accuracy": 1, "close": 4}
+
+
+def test_sandbox_uids_are_taken_in_turn_so_a_freed_one_is_not_reused_at_once(monkeypatch):
+    """The run that last had a uid has ended, but its processes may still be exiting: the next run takes the
+    next uid (a uid still showing processes would be swept, a fork of the grader, and looked at again)."""
+    from autograder.runner import sandbox
+
+    swept = []
+    monkeypatch.setattr(sandbox, "kill_all_of_uid", swept.append)
+    taken = []
+    for _ in range(3):
+        uid, fd = sandbox.allocate_uid()
+        os.close(fd)  # freed at once, as a run's clean-up frees it
+        taken.append(uid)
+    assert len(set(taken)) == 3 and swept == []

@@ -228,6 +228,34 @@ def test_no_process_of_a_submission_outlives_a_grader_killed_mid_batch(tmp_path,
     assert not left, [(p.pid, p.info["uids"], p.info["ppid"]) for p in left]
 
 
+@pytest.mark.slow
+def test_no_process_of_a_submission_outlives_its_run(tmp_path, mode, monkeypatch):
+    """A finished run's processes all end with it, those double-forked into sessions of their own included: in
+    a PID namespace of the run's own (basic mode), by ending the namespace, without sweeping the uid; elsewhere
+    by the sweep. The next submission in the same worker still gets full marks."""
+    from autograder.runner import sandbox
+
+    swept = []
+    real_sweep = sandbox.kill_all_of_uid
+    monkeypatch.setattr(sandbox, "kill_all_of_uid", lambda uid: (swept.append(uid), real_sweep(uid)))
+    course = Course(root=make_course(tmp_path / "course"))
+    release(course, ["T1"])
+    token = TOKEN.format(time.time_ns() % 10**9)
+    submit(course, "holder", with_cells(filled(course, "T1"), HOLD.format(token=token)))
+    submit(course, "zz_perfect", filled(course, "T1"))
+    results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=mode)}
+    assert results["zz_perfect"].score == 100, results["zz_perfect"].reason
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _sleepers(token):
+        time.sleep(0.2)
+    left = _sleepers(token)
+    for proc in left:
+        proc.kill()
+    assert not left, [(p.pid, p.info["uids"], p.info["ppid"]) for p in left]
+    if mode.namespaces and mode.mode != "bubblewrap":
+        assert swept == []  # (and a uid is used again only once none of its processes is left)
+
+
 def _sleepers(token: str) -> list[psutil.Process]:
     """The live processes the HOLD cell started (zombies are dead: only their parent has not looked)."""
     found = []
