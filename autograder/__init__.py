@@ -10,8 +10,8 @@ installed (jupyter-events installs it), only for the ``iri`` and ``iri-reference
 builds three Earley parsers as it loads: 0.75 to 0.9 s of every such process, a third of a warm parent's
 start. No notebook schema uses those formats, so while jsonschema's format checkers load in this package's
 processes, that one import is skipped: jsonschema then has no ``iri`` checkers in them. Anything else that
-imports ``rfc3987_syntax`` gets it as usual, and a kernel forked from a warm parent gets a jsonschema of its
-own, with every checker, when its code imports it (:func:`give_back_jsonschema`).
+imports ``rfc3987_syntax`` gets it as usual, and a kernel forked from a warm parent gets a jsonschema (and an
+nbformat) of its own, with every checker, when its code imports it (:func:`give_back_jsonschema`).
 """
 
 import sys
@@ -38,13 +38,17 @@ class WithoutIriGrammar:
         return None
 
 
+_DRIVERS = ("jsonschema", "nbformat", "nbclient")  # a kernel imports its own (nbformat's errors are jsonschema's)
+
+
 def give_back_jsonschema() -> None:
     """In a kernel forked from a warm parent, before any of its code: a notebook that imports jsonschema
-    loads it afresh, with every format checker a plain kernel has (the warm parent's copy, without ``iri``,
-    stays with nbformat, which validates notebooks only)."""
+    loads it afresh, with every format checker a plain kernel has, and nbformat and nbclient with it (the
+    warm parent loaded them for the run's driver; nbformat's ``ValidationError`` is jsonschema's, so they
+    go together)."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, WithoutIriGrammar)]
     if _FORMATS in sys.modules and _GRAMMAR not in sys.modules:
-        for name in [n for n in sys.modules if n == "jsonschema" or n.startswith("jsonschema.")]:
+        for name in [n for n in sys.modules if n.partition(".")[0] in _DRIVERS]:
             del sys.modules[name]
 
 

@@ -358,7 +358,10 @@ def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
     assert {"torch._inductor.compile_fx", "torch.export"} <= set(frameworks_used(course, "T1"))
 
 
-FORMAT_CHECKERS = "import jsonschema\nprint(sorted(jsonschema.FormatChecker.checkers))"
+FORMAT_CHECKERS = (
+    "import jsonschema, nbformat\n"
+    "print(sorted(jsonschema.FormatChecker.checkers), nbformat.ValidationError is jsonschema.ValidationError)"
+)
 
 
 def test_the_grader_loads_nbformat_without_the_iri_grammar_and_leaves_that_module_to_everyone_else():
