@@ -533,11 +533,12 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
             kept.append(output)
         cell.outputs = kept
         cell.execution_count = None
-        try:
-            nbformat.validate(nbformat.v4.new_notebook(cells=[cell]))
-        except Exception:
-            note = "[outputs not shown: they are not valid notebook outputs]\n"
-            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=note)]
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if not _valid_cells(code):  # all at once; only where that fails, each cell on its own
+        for cell in code:
+            if not _valid_cells([cell]):
+                note = "[outputs not shown: they are not valid notebook outputs]\n"
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=note)]
     if _spells_hidden("".join(spelled), hidden):  # in pieces: no output of this run is shown
         for cell in nb.cells:
             if cell.cell_type == "code":
@@ -547,6 +548,24 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
                     else []
                 )
     return nb
+
+
+def _valid_cells(cells: list) -> bool:
+    """Whether each of ``cells`` is valid alone in a notebook of nbformat 4's current version (checked on a
+    copy, all at once: an id that two of them share is not held against them)."""
+    nb = nbformat.from_dict(
+        {"nbformat": 4, "nbformat_minor": nbformat.v4.nbformat_minor, "metadata": {}, "cells": cells}
+    )
+    seen = set()
+    for index, cell in enumerate(nb.cells):
+        if isinstance(cell, dict) and cell.get("id") in seen:
+            cell["id"] = f"repeated-{index}"
+        seen.add(cell.get("id") if isinstance(cell, dict) else None)
+    try:
+        nbformat.validate(nb)
+    except Exception:
+        return False
+    return True
 
 
 def save_executed(target: Path, executed: nbformat.NotebookNode) -> None:

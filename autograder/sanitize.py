@@ -25,12 +25,14 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import functools
 import re
 
 import nbformat
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbconvert.preprocessors import Preprocessor
 from nbconvert.preprocessors.sanitize import SanitizeHTML
+from nbformat.v4.nbbase import random_cell_id
 from traitlets import Bool
 
 # The grader's own HTML pages: no script, no remote resource, no form; inline styles and data: images only.
@@ -77,6 +79,16 @@ def safe_markdown(source: str) -> str:
     source = _bounded(_text(source), 10 * MAX_TEXT)
     if not ACTIVE.search(source):
         return source
+    # a class's notebooks repeat the assignment's own text: each text is rendered once (a short one is kept)
+    return _rendered_markdown(source) if len(source) <= MAX_TEXT else _render_markdown(source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rendered_markdown(source: str) -> str:
+    return _render_markdown(source)
+
+
+def _render_markdown(source: str) -> str:
     rendered = safe_html(markdown2html_mistune(source)).strip()
     # no blank line inside: an HTML block ends at one, and what follows would be read as markdown again
     rendered = re.sub(r"\n[ \t]*\n", "\n&#10;", rendered)
@@ -94,22 +106,43 @@ def _image(value) -> str | None:
     return text
 
 
+def _output(output_type: str, **fields) -> nbformat.NotebookNode:
+    """An output as ``nbformat.v4.new_output`` makes it, without validating it alone (jsonschema, for every
+    node): :func:`sanitize_notebook` validates the whole notebook once."""
+    node = nbformat.NotebookNode(output_type=output_type)
+    if output_type in ("display_data", "execute_result"):
+        node.metadata = nbformat.NotebookNode()
+    node.update(fields)
+    return node
+
+
+def _cell(cell_type: str, source: str, metadata: dict) -> nbformat.NotebookNode:
+    """A cell as ``nbformat.v4.new_*_cell`` makes it, without validating it alone (see :func:`_output`)."""
+    node = nbformat.NotebookNode(
+        id=random_cell_id(), cell_type=cell_type, metadata=nbformat.from_dict(metadata),
+        source=source,
+    )  # fmt: skip
+    if cell_type == "code":
+        node.execution_count, node.outputs = None, []
+    return node
+
+
 def safe_output(output) -> nbformat.NotebookNode:
     """One code cell output with nothing a browser would run or load: see the module's docstring."""
     kind = output.get("output_type") if isinstance(output, dict) else None
     if kind == "stream":
         name = output.get("name") if output.get("name") in ("stdout", "stderr") else "stdout"
-        return nbformat.v4.new_output("stream", name=name, text=_bounded(_text(output.get("text"))))
+        return _output("stream", name=name, text=_bounded(_text(output.get("text"))))
     if kind == "error":
         traceback = output.get("traceback") if isinstance(output.get("traceback"), list) else []
-        return nbformat.v4.new_output(
+        return _output(
             "error",
             ename=_bounded(_text(output.get("ename")), 200),
             evalue=_bounded(_text(output.get("evalue")), 2000),
             traceback=[_bounded(line) for line in traceback[:200] if isinstance(line, str)],
         )
     if kind not in ("display_data", "execute_result"):
-        return nbformat.v4.new_output("stream", name="stdout", text="[an output that is not shown]\n")
+        return _output("stream", name="stdout", text="[an output that is not shown]\n")
     data = output.get("data") if isinstance(output.get("data"), dict) else {}
     kept, shown_as_text = {}, []
     for mime, value in data.items():
@@ -127,10 +160,12 @@ def safe_output(output) -> nbformat.NotebookNode:
         kept["text/plain"] = plain
     if kind == "execute_result":
         count = output.get("execution_count")
-        return nbformat.v4.new_output(
-            "execute_result", data=kept, execution_count=count if isinstance(count, int) else None
+        return _output(
+            "execute_result",
+            data=nbformat.from_dict(kept),
+            execution_count=count if isinstance(count, int) else None,
         )
-    return nbformat.v4.new_output("display_data", data=kept)
+    return _output("display_data", data=nbformat.from_dict(kept))
 
 
 def safe_metadata(metadata) -> dict:
@@ -149,28 +184,34 @@ def safe_metadata(metadata) -> dict:
 
 
 def sanitize_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of ``nb`` that shows what the student wrote and ran, and runs and loads none of it."""
+    """A copy of ``nb`` that shows what the student wrote and ran, and runs and loads none of it (its cells
+    valid nbformat: checked once, together, at the end)."""
     safe = copy.deepcopy(nb)
     safe.metadata.pop("signature", None)  # an old notebook's trust signature: never trusted
     cells = []
     for cell in safe.cells:
         metadata = safe_metadata(cell.get("metadata"))
         if cell.cell_type == "markdown":
-            cells.append(nbformat.v4.new_markdown_cell(safe_markdown(cell.source), metadata=metadata))
+            cells.append(_cell("markdown", safe_markdown(cell.source), metadata))
         elif cell.cell_type == "code":
-            new = nbformat.v4.new_code_cell(_bounded(_text(cell.source), 10 * MAX_TEXT), metadata=metadata)
+            new = _cell("code", _bounded(_text(cell.source), 10 * MAX_TEXT), metadata)
             new.outputs = [safe_output(output) for output in cell.get("outputs", [])[:100]]
             cells.append(new)
         else:  # raw: shown as plain text by every renderer, never inserted as HTML
             metadata["raw_mimetype"] = "text/plain"
-            cells.append(
-                nbformat.v4.new_raw_cell(_bounded(_text(cell.source), 10 * MAX_TEXT), metadata=metadata)
-            )
+            cells.append(_cell("raw", _bounded(_text(cell.source), 10 * MAX_TEXT), metadata))
     for old, new in zip(safe.cells, cells):
         if isinstance(old.get("id"), str):
             new.id = old.id
         if new.cell_type == "code" and isinstance(old.get("execution_count"), int):
             new.execution_count = old.execution_count
+    # every cell as nbformat 4's current schema wants it, as new_*_cell checked each one (ids aside: they are
+    # the notebook's own, copied after that check; one notebook may repeat an id, as its cells stand alone)
+    check = nbformat.from_dict({"nbformat": 4, "nbformat_minor": nbformat.v4.nbformat_minor, "metadata": {},
+                                "cells": cells})  # fmt: skip
+    for index, cell in enumerate(check.cells):
+        cell.id = f"cell-{index}"
+    nbformat.validate(check)
     safe.cells = cells
     return safe
 

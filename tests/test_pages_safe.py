@@ -398,3 +398,51 @@ def test_only_the_pages_own_inline_scripts_are_allowed_and_mathjax_is_replaced()
     # JupyterLab's own page: its inline scripts are its own; any other page: none is
     assert sha256(body) in transformed("/lab/tree/x.ipynb", page)[0]["Content-Security-Policy"]
     assert "sha256-" not in transformed("/nbconvert/html/x.ipynb", page)[0]["Content-Security-Policy"]
+
+
+def test_a_cell_whose_outputs_are_not_nbformat_is_shown_without_them_and_the_others_keep_theirs():
+    """The executed notebook checks its cells all at once, and each alone only where that fails: a cell with
+    an output nbformat refuses gets a note instead; an id two cells share is no reason to drop outputs."""
+    import warnings
+
+    from autograder.pipeline import executed_notebook
+    from autograder.sanitize import sanitize_notebook
+
+    cells = [new_code_cell("print(1)"), new_markdown_cell("*text*"), new_code_cell("2"), new_code_cell("3")]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    cells[3].id = cells[0].id  # (a notebook edited by hand may repeat one)
+    outputs = {
+        0: [{"output_type": "stream", "name": "stdout", "text": "1\n"}],
+        2: [{"output_type": "stream", "name": "stdout", "text": 5}],  # text must be a string
+        3: [
+            {
+                "output_type": "execute_result",
+                "data": {"text/plain": "3"},
+                "metadata": {},
+                "execution_count": 3,
+            }
+        ],
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbformat would warn about (and repair) the repeated id
+        executed = executed_notebook(nb, outputs, frozenset())
+        safe = sanitize_notebook(executed)
+    assert executed.cells[0].outputs[0].text == "1\n"
+    assert "not valid notebook outputs" in executed.cells[2].outputs[0].text
+    assert executed.cells[3].outputs[0].data == {"text/plain": "3"}
+    assert [c.id for c in safe.cells] == [c.id for c in cells]
+    assert [len(c.get("outputs", [])) for c in safe.cells] == [1, 0, 1, 1]
+
+
+def test_a_sanitised_cell_that_nbformat_refuses_is_not_written():
+    """The sanitised copy is checked once, whole, in place of a check of each node as it was made."""
+    from autograder import sanitize
+
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell("1")])
+    real = sanitize.safe_metadata
+    try:
+        sanitize.safe_metadata = lambda metadata: {"tags": "not a list"}
+        with pytest.raises(nbformat.ValidationError):
+            sanitize.sanitize_notebook(nb)
+    finally:
+        sanitize.safe_metadata = real
