@@ -270,12 +270,12 @@ class Sandbox:
             return Outcome("error", time.monotonic() - start, {}, detail=self._tail(why))
         sandboxed = self.isolation.namespaces or self.isolation.mode == "bubblewrap"
         folders = (*(str(self.scratch / f) for f in PRIVATE), *SHARED_TEMP) if sandboxed else ()
-        watchdog = Watchdog(self.process, self.limits, self.forked, self.uid, folders)
-        try:
+        try:  # the notebook starts now; the watchdog's first sample is taken while it runs
             self.process.stdin.write(f"{path}\n".encode())
             self.process.stdin.flush()
         except OSError:
             pass
+        watchdog = Watchdog(self.process, self.limits, self.forked, self.uid, folders)
         status = watchdog.watch(start)
         seconds = time.monotonic() - start
         if status != "finished":

@@ -26,8 +26,6 @@ class Watchdog:
             self.root = psutil.Process(process.pid)
         except psutil.NoSuchProcess:
             self.root = None
-        if self.root is not None:  # the kernel's memory before the notebook: a short run has this
-            self.peak_rss = self.tree_usage()[1]
 
     def watch(self, start: float) -> str:
         """Wait for the child; say why it must stop past the wall-clock, memory or process limit."""
@@ -36,7 +34,7 @@ class Watchdog:
                 return "finished"
             if time.monotonic() - start > self.limits.timeout:
                 return "timeout"
-            if self.root is not None:
+            if self.root is not None:  # (the first at once: a short run has one too)
                 count, rss = self.tree_usage()
                 self.peak_rss = max(self.peak_rss, rss)
                 if count > self.limits.processes:
