@@ -38,7 +38,8 @@ class WithoutIriGrammar:
         return None
 
 
-_DRIVERS = ("jsonschema", "nbformat", "nbclient")  # a kernel imports its own (nbformat's errors are jsonschema's)
+# what a forked kernel imports afresh (nbformat's errors are jsonschema's: the two go together)
+_DRIVERS = ("jsonschema", "nbformat", "nbclient")
 
 
 def give_back_jsonschema() -> None:

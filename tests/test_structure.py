@@ -148,8 +148,12 @@ def test_the_package_itself_imports_nothing():
     import subprocess
     import sys
 
-    code = "import sys\nbefore = set(sys.modules)\nimport autograder\nprint(sorted(set(sys.modules) - before))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    code = (
+        "import sys\nbefore = set(sys.modules)\nimport autograder\nprint(sorted(set(sys.modules) - before))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert loaded.stdout.strip() == "['autograder']"
 
 
