@@ -171,15 +171,6 @@ class Sandbox:
     def forked(self) -> bool:
         return self.isolation.runner == "fork"
 
-    @property
-    def contained(self) -> bool:
-        """Whether everything the run starts lives in a PID namespace of its own, whose first process is in
-        the child's session (a forked kernel's init; a spawned driver that made the namespace): killing the
-        session ends that process, and the kernel then kills every process of the namespace, double-forked
-        or not, so the uid needs no sweep (a fork of the grader: 3 to 8 ms of each run). Without one, the
-        sweep catches what left the session; :func:`allocate_uid` still looks before a uid is used again."""
-        return self.isolation.namespaces and self.isolation.mode != "bubblewrap"
-
     def request(self, probe: bool = False) -> ChildRequest:
         """What the child gets, whichever launcher starts it (see :class:`autograder.runner.protocol.ChildRequest`)."""
         namespaces = self.isolation.namespaces and self.isolation.mode != "bubblewrap"
@@ -321,7 +312,7 @@ class Sandbox:
         the child has ended: every process of the user id has had its SIGKILL by then, and a process with
         one pending starts no other, so a second sweep would find nothing to kill."""
         if self.process is not None and not self._killed:
-            kill_child(self.process, self.forked, None if self.contained else self.uid)
+            kill_child(self.process, self.forked, None if contained(self.isolation) else self.uid)
             self._killed = self.process.poll() is not None
 
     def cleanup(self) -> None:
@@ -361,6 +352,15 @@ def stage_input(given: Path, notebook: nbformat.NotebookNode, files: Path | None
         if not item.is_symlink():
             item.chmod(0o755 if item.is_dir() else 0o644)
     return path
+
+
+def contained(isolation: Isolation) -> bool:
+    """Whether everything a run starts lives in a PID namespace of its own, whose first process is in the
+    child's session (a forked kernel's init; a spawned driver that made the namespace): killing the session
+    ends that process, and the kernel then kills every process of the namespace, double-forked or not, so
+    the run's uid needs no sweep (a fork of the grader: 3 to 8 ms of each run). Without one, the sweep
+    catches what left the session; :func:`allocate_uid` still looks before a uid is used again."""
+    return isolation.namespaces and isolation.mode != "bubblewrap"
 
 
 def kill_child(process: subprocess.Popen, forked: bool, uid: int | None) -> None:
