@@ -385,16 +385,23 @@ def _graded_cells(aid: str, sources: dict) -> tuple[dict, dict, dict]:
 
 
 def _run_all(wanted: list[tuple[str, int]], runs: dict, run_one) -> None:
-    """``run_one(notebook, threads)`` for each of ``wanted`` at once, each in a thread, into ``runs``."""
+    """``run_one(notebook, threads)`` for each of ``wanted`` at once, each in a thread, into ``runs``; the
+    first that raised raises here (the grader's failure, said as it is)."""
+    failed: list[BaseException] = []
 
     def run(name: str, threads: int) -> None:
-        runs[name, threads] = run_one(name, threads)
+        try:
+            runs[name, threads] = run_one(name, threads)
+        except BaseException as err:  # noqa: BLE001 (raised again below, in the caller's thread)
+            failed.append(err)
 
     workers = [threading.Thread(target=run, args=key) for key in wanted]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
+    if failed:
+        raise failed[0]
 
 
 def _captured(

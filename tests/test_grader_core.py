@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -327,3 +328,52 @@ def test_sandbox_uids_are_taken_in_turn_so_a_freed_one_is_not_reused_at_once(mon
         os.close(fd)  # freed at once, as a run's clean-up frees it
         taken.append(uid)
     assert len(set(taken)) == 3 and swept == []
+
+
+def test_the_watchdog_looks_again_when_a_process_ends_while_it_looks():
+    """A sample may meet a process that has just ended (bubblewrap's processes come and go as a run starts):
+    the watchdog finds no driver this time and looks again at the next sample, instead of failing the run."""
+    import psutil
+
+    from autograder.runner.sandbox import Limits
+    from autograder.runner.watchdog import Watchdog
+
+    class Ended:
+        pid = 2**22 - 1
+
+        def cmdline(self):
+            return [sys.executable, "-m", "autograder.runner.child"]
+
+        def ppid(self):
+            raise psutil.NoSuchProcess(self.pid)
+
+        def memory_info(self):
+            raise psutil.NoSuchProcess(self.pid)
+
+    class Root(Ended):
+        pid = os.getpid()
+
+        def children(self, recursive=False):
+            return [Ended()]
+
+        def memory_info(self):
+            return SimpleNamespace(rss=1)
+
+    dog = Watchdog(SimpleNamespace(pid=os.getpid()), Limits(), forked=False, uid=None, folders=("/tmp",))
+    dog.root = Root()
+    assert dog._driver() is None
+    assert dog.tree_usage() == (2, 1)
+
+
+def test_a_reference_run_that_raises_says_so_instead_of_a_missing_thread_count():
+    from autograder.reference import _run_all
+
+    def run_one(name, threads):
+        if threads == 4:
+            raise RuntimeError("the sandbox failed")
+        return threads
+
+    runs = {}
+    with pytest.raises(RuntimeError, match="the sandbox failed"):
+        _run_all([("nb", 1), ("nb", 2), ("nb", 4)], runs, run_one)
+    assert runs == {("nb", 1): 1, ("nb", 2): 2}

@@ -70,16 +70,16 @@ class Watchdog:
         the spawned ``autograder.runner.child`` (under bubblewrap, below its two processes)."""
         if self.root is None or self.forked:
             return self.root
-        try:
+        try:  # (a process may end while it is looked at: then the next sample looks again)
             found = [
                 p
                 for p in [self.root, *self.root.children(recursive=True)]
                 if p.cmdline()[1:3] == ["-m", "autograder.runner.child"]  # (bubblewrap's own names it later)
             ]
+            # with namespaces, the child forks itself once (the outer process waits, the inner one drives)
+            inner = [p for p in found if p.ppid() in {q.pid for q in found}]
         except psutil.Error:
             return None
-        # with namespaces, the child forks itself once (the outer process waits, the inner one drives)
-        inner = [p for p in found if p.ppid() in {q.pid for q in found}]
         return (inner or found or [None])[0]
 
     def tree_usage(self) -> tuple[int, int]:
