@@ -219,13 +219,7 @@ def test_no_process_of_a_submission_outlives_a_grader_killed_mid_batch(tmp_path,
     finally:
         os.killpg(grader.pid, signal.SIGKILL)  # the grader and its warm parents, as an OOM kill would
         grader.wait()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and _sleepers(token):
-        time.sleep(0.5)
-    left = _sleepers(token)
-    for proc in left:
-        proc.kill()
-    assert not left, [(p.pid, p.info["uids"], p.info["ppid"]) for p in left]
+    assert_none_left(token, within=15)
 
 
 @pytest.mark.slow
@@ -245,15 +239,20 @@ def test_no_process_of_a_submission_outlives_its_run(tmp_path, mode, monkeypatch
     submit(course, "zz_perfect", filled(course, "T1"))
     results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=mode)}
     assert results["zz_perfect"].score == 100, results["zz_perfect"].reason
-    deadline = time.monotonic() + 10
+    assert_none_left(token, within=10)
+    if mode.namespaces and mode.mode != "bubblewrap":
+        assert swept == []  # (and a uid is used again only once none of its processes is left)
+
+
+def assert_none_left(token: str, within: float) -> None:
+    """No process the HOLD cell started is alive ``within`` seconds from now (any left are killed, then named)."""
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline and _sleepers(token):
         time.sleep(0.2)
     left = _sleepers(token)
     for proc in left:
         proc.kill()
     assert not left, [(p.pid, p.info["uids"], p.info["ppid"]) for p in left]
-    if mode.namespaces and mode.mode != "bubblewrap":
-        assert swept == []  # (and a uid is used again only once none of its processes is left)
 
 
 def _sleepers(token: str) -> list[psutil.Process]:
