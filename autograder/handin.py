@@ -18,12 +18,17 @@ from autograder.record import sha256_regular
 def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
     """Modules a child imports before the student's code arrives: the heavy ones the source uses.
 
-    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn. A
-    source that compiles or exports also gets torch's compiler stack (3 s of imports a kernel otherwise
-    pays on its first ``torch.compile``), and one that profiles gets ``torch._dynamo`` (1 s its first
-    ``torch.profiler.profile`` imports); none of these starts a thread when imported. Only code counts: a
-    model answer that names ``torch.compile`` costs no kernel the compiler's start (8 s of it in the warm
-    parent, :func:`autograder.runner.forkserver.pick_vector_isa`).
+    The set-up cell's ``dlcourse.banner()`` imports torch, and ``dlcourse.data`` imports scikit-learn (and
+    its ``datasets``, 0.1 s, on the first load). Torch's own code imports ``torch._dynamo`` on first use
+    in many places: an optimizer's constructor, ``nn.MultiheadAttention``, ``scaled_dot_product_attention``,
+    ``torch.autograd.gradcheck``, profiling. That is 0.8 to 1.2 s of every kernel of a source that uses
+    torch itself (A3's cells took 1.2 s, 1 s of it that import), so such a source's parent imports it once.
+    Plotting (``matplotlib`` or ``dlcourse.plots``) gets matplotlib's figure and Agg canvas (0.4 s, the
+    font list included), not pyplot, whose state is the kernel's own. A source that compiles or exports
+    also gets torch's compiler stack (3 s of imports a kernel otherwise pays on its first
+    ``torch.compile``). None of these starts a thread when imported. Only code counts: a model answer
+    that names ``torch.compile`` costs no kernel the compiler's start (8 s of it in the warm parent,
+    :func:`autograder.runner.forkserver.pick_vector_isa`).
     """
     text = "\n".join(
         cell.source
@@ -32,14 +37,18 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
         if cell.cell_type == "code"
     )
     compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
-    profiles = "torch.profiler" in text  # its first profile imports torch._dynamo: 1 s in every kernel
+    data = "sklearn" in text or "dlcourse.data" in text
+    plots = "matplotlib" in text or "dlcourse.plots" in text
     uses = {
         "numpy": "numpy" in text,
         "dlcourse": "dlcourse" in text,
         "torch": "torch" in text or "dlcourse.banner()" in text,
-        "sklearn": "sklearn" in text or "dlcourse.data" in text,
+        "sklearn": data,
+        "sklearn.datasets": data,
+        "matplotlib.figure": plots,
+        "matplotlib.backends.backend_agg": plots,
         "tensorflow": "tensorflow" in text,
-        "torch._dynamo": compiles or profiles,
+        "torch._dynamo": "torch" in text,  # (so also where it compiles, exports or profiles)
         "torch._inductor.compile_fx": compiles,
         "torch.export": compiles,
     }

@@ -13,6 +13,7 @@ from nbformat.v4 import new_code_cell
 
 from autograder.batch import grade
 from autograder.course import Course
+from autograder.handin import frameworks_used
 from autograder.release import release
 from autograder.runner import forkserver
 from autograder.runner.isolation import resolve
@@ -346,8 +347,6 @@ def test_a_header_a_kernel_could_change_or_that_is_missing_is_not_used(tmp_path,
 
 def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
     """A model answer that names torch.compile must not cost every kernel the compiler's start (8 s)."""
-    from autograder.handin import frameworks_used
-
     source = source_notebook()
     source.cells.append(nbformat.v4.new_markdown_cell("Fuse them with `torch.compile` or `torch.export`."))
     source.cells.append(new_code_cell("import torch\nwith torch.profiler.profile() as p:\n    pass"))
@@ -356,6 +355,59 @@ def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
     source.cells.append(new_code_cell("fast = torch.compile(lambda x: x + 1)"))
     course = Course(root=make_course(tmp_path / "again", notebook=source))
     assert {"torch._inductor.compile_fx", "torch.export"} <= set(frameworks_used(course, "T1"))
+
+
+def test_a_source_that_uses_torch_or_plots_warms_what_torch_and_matplotlib_import_on_first_use(tmp_path):
+    """torch imports torch._dynamo on an optimizer's first construction (and in gradcheck, attention, ...):
+    1 s of every kernel. A source that uses torch gets it in its parent; one that plots gets matplotlib's
+    figure and Agg canvas; a numpy-only source gets neither."""
+    assert frameworks_used(Course(root=make_course(tmp_path / "numpy")), "T1") == ("numpy", "dlcourse")
+    source = source_notebook()
+    source.cells.append(new_code_cell("import torch\nopt = torch.optim.SGD([torch.zeros(1)], lr=0.1)"))
+    source.cells.append(new_code_cell("from dlcourse.plots import show"))
+    warm = frameworks_used(Course(root=make_course(tmp_path / "torch", notebook=source)), "T1")
+    assert warm.index("torch") < warm.index("torch._dynamo")
+    assert {"matplotlib.figure", "matplotlib.backends.backend_agg"} <= set(warm)
+    assert "matplotlib.pyplot" not in warm  # pyplot's state (figures, backend) is each kernel's own
+    assert "torch._inductor.compile_fx" not in warm
+
+
+FIRST_USE = """
+import io, json, sys
+before = set(sys.modules)
+import torch
+import matplotlib
+import matplotlib.pyplot as plt
+opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+fig, ax = plt.subplots()
+ax.plot([0, 1], [1, 0])
+png = io.BytesIO()
+fig.savefig(png, format="png")
+# (spelled "torch." + "_dynamo": those words in a source warm the compiler too)
+heavy = ("torch." + "_dynamo", "sympy", "matplotlib.figure", "matplotlib.font_manager", "matplotlib.backends.backend_agg")
+print(json.dumps({
+    "imported": sorted({p for p in heavy for m in set(sys.modules) - before if m.startswith(p)}),
+    "png": png.getvalue()[:4] == b"\\x89PNG",
+    "backend": matplotlib.get_backend().lower(),
+    "figures": plt.get_fignums(),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_of_a_source_that_trains_and_plots_imports_neither_again(tmp_path):
+    """What the parent of such a source imported, a forked kernel does not import again; it still plots
+    (Agg, as every kernel), and each run's pyplot is its own."""
+    isolation = forked_isolation()
+    source = source_notebook()
+    source.cells.append(new_code_cell(FIRST_USE))
+    warm = frameworks_used(Course(root=make_course(tmp_path / "course", notebook=source)), "T1")
+    notebook = nbformat.v4.new_notebook(cells=[new_code_cell(FIRST_USE)])
+    for _ in range(2):  # the second run gets a fresh pyplot: no figure of the first
+        outcome = run_in_sandbox(notebook, warm, isolation)
+        assert outcome.status == "finished", outcome.detail
+        report = json.loads(outcome.summary["cells"][0]["output"].strip().splitlines()[-1])
+        assert report == {"imported": [], "png": True, "backend": "agg", "figures": [1]}, report
 
 
 FORMAT_CHECKERS = (
