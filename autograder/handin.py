@@ -51,6 +51,7 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
         "torch._dynamo": "torch" in text,  # (so also where it compiles, exports or profiles)
         "torch._inductor.compile_fx": compiles,
         "torch.export": compiles,
+        "sympy.tensor.tensor": compiles,  # sympy's sums import it on first use: 0.1 s of an export's shapes
     }
     return tuple(module for module, used in uses.items() if used and _findable(module))
 
