@@ -119,6 +119,16 @@ def test_two_graders_share_one_postgres_gradebook(postgres_url, tmp_path):
         scores = {s.student.id: s.score for s in gb.find_assignment("T1").submissions}
     assert scores == {"pg_full": 100, "pg_half": 40}
     assert not (course.root / "gradebook.db").exists(), "nothing went to a local SQLite file"
+    # graded again: the existing rows are updated (in a few statements), not added to
+    again = subprocess.run(
+        [sys.executable, "-m", "autograder", "--course", str(course.root), "grade", "T1", "--force",
+         "--workers", "1", "--timeout", "60"],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert again.returncode == 0, (again.stdout + again.stderr)[-2000:]
+    with Gradebook(postgres_url) as gb:
+        submissions = gb.find_assignment("T1").submissions
+        assert sorted((s.student.id, s.score) for s in submissions) == [("pg_full", 100), ("pg_half", 40)]
 
 
 def test_deadline_and_extension_on_postgres(postgres_url, tmp_path, monkeypatch):

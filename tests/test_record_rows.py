@@ -125,3 +125,30 @@ def test_a_submission_recorded_meanwhile_by_another_grader_is_updated_not_duplic
     with Gradebook(db) as gb:
         assert len(gb.find_assignment("PS").submissions) == 1
         assert gb.find_submission("PS", "stub").score == 21.0
+
+
+@pytest.mark.parametrize("made", RESULTS, ids=[r.student_id for r in RESULTS])
+def test_an_update_in_a_few_statements_leaves_what_nbgraders_objects_would(made, tmp_path, monkeypatch):
+    """A submission recorded before, whose written answer an instructor has scored (with extra credit) and
+    commented on, recorded again with each kind of result: the update in a few statements (what a regrade
+    takes) and the one through nbgrader's objects leave the same rows, and give back the same written
+    answers. A second record of a submission never needs the objects' way."""
+    dbs = {way: f"sqlite:///{tmp_path / way}.db" for way in ("fast", "slow")}
+    for db in dbs.values():
+        release(db)
+        with Recorder(db) as recorder:
+            recorder.record("PS", Result.from_dict({**RESULTS[0].to_dict(), "student_id": made.student_id}))
+        with Gradebook(db) as gb:
+            essay = gb.find_grade("essay", "one", "PS", made.student_id)
+            essay.manual_score, essay.extra_credit, essay.needs_manual_grade = 3.0, 0.5, False
+            gb.find_comment("essay", "one", "PS", made.student_id).manual_comment = "clear, but no numbers"
+            gb.db.commit()
+    fast, slow = Result.from_dict(made.to_dict()), Result.from_dict(made.to_dict())
+    with Recorder(dbs["slow"]) as recorder:
+        recorder._rewrite("PS", slow)
+    with Recorder(dbs["fast"]) as recorder:
+        monkeypatch.setattr(Recorder, "_rewrite", lambda *args: pytest.fail("took nbgrader's objects' way"))
+        recorder.record("PS", fast)
+    assert rows(dbs["fast"], made.student_id) == rows(dbs["slow"], made.student_id)
+    assert fast.written == slow.written
+    assert ("essay", 3.5) in [(w.grade_id, w.points) for w in fast.written] or not made.written
