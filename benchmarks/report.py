@@ -227,6 +227,10 @@ def grading_section(name: str, run: dict) -> list[str]:
 
     scaling = [(a["assignment"], e) for a in g["assignments"] for e in a.get("scaling", [])]
     out += ["### Scaling (autograder)", ""]
+    if scaling and not any(e.get("note") == "the main run" for _, e in scaling):
+        out += ["Each size grades the class again with the proof the main run left (its reference and canary "
+                "kept), so the rows compare like with like; the main run above, a first class, also holds the "
+                "proof's time.", ""]  # fmt: skip
     if scaling:
         rows = [[aid, e["submissions"], e["workers"], f"{e['seconds']:.1f}", fmt(e["per_minute"]),
                  f"{e['seconds_per_submission']:.2f}", e.get("load_average_after")] for aid, e in scaling]  # fmt: skip
