@@ -412,6 +412,57 @@ def test_a_kernel_of_a_source_that_trains_and_plots_imports_neither_again(tmp_pa
         assert report == {"imported": [], "png": True, "backend": "agg", "figures": [1]}, report
 
 
+CUDA_HOST = """
+import json, sys
+from autograder.runner import forkserver
+forkserver.sees_a_cuda_device = lambda: True  # as on a machine with a CUDA GPU
+imported = forkserver.warm_up(["numpy", "torch", "torch._dynamo", forkserver.COMPILES, "torch.export"], None)
+print(json.dumps({"imported": imported, "compiler": forkserver.COMPILES in sys.modules,
+                  "threads": forkserver.thread_count(), "headers": len(forkserver.PRECOMPILED)}))
+"""
+
+
+def test_where_torch_can_use_a_cuda_gpu_the_warm_parent_leaves_its_compiler_to_the_kernels():
+    """On a CUDA host, importing torch's compiler starts the CUDA driver's thread and the header compile starts
+    CUDA (an H100 with torch 2.11+cu130 showed both): a parent that did either forks no kernel that can use the
+    GPU, and refuses to start. There it imports the rest (torch._dynamo and torch.export start nothing there)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", CUDA_HOST], capture_output=True, text=True, check=True,
+        cwd=os.path.dirname(os.path.dirname(__file__)), env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {"torch._dynamo", "torch.export"} <= set(report["imported"])
+    assert forkserver.COMPILES not in report["imported"] and not report["compiler"]
+    assert report == {**report, "threads": 1, "headers": 0}
+    assert "left to the kernels (this machine has a CUDA GPU)" in done.stdout
+
+
+def test_the_kernels_environment_keeps_pyarrows_allocator_from_starting_a_thread(tmp_path):
+    """Where pandas and pyarrow are installed (Colab, a GPU host's image), ``import sklearn`` loads pyarrow,
+    whose jemalloc started a background thread there, so the warm parent of every assignment that uses
+    scikit-learn refused to start; ``JE_ARROW_MALLOC_CONF`` turns that thread off (seen there: 2 threads -> 1).
+    Here, where pyarrow is installed, a parent that imported it has no other thread."""
+    import subprocess
+    import sys
+
+    from autograder.runner.protocol import kernel_env
+
+    env = kernel_env(tmp_path, 1)
+    assert "background_thread:false" in env["JE_ARROW_MALLOC_CONF"].split(",")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return
+    code = "import os, pyarrow.lib; print(len(os.listdir('/proc/self/task')))"
+    threads = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    assert threads.stdout.strip() == "1", threads.stderr
+
+
 FORMAT_CHECKERS = (
     "import jsonschema, nbformat\n"
     "print(sorted(jsonschema.FormatChecker.checkers), nbformat.ValidationError is jsonschema.ValidationError)"

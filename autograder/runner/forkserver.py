@@ -427,11 +427,26 @@ def format_one_traceback() -> None:
         print(f"warm parent: formatting a traceback failed: {type(err).__name__}: {err}", flush=True)
 
 
+def sees_a_cuda_device() -> bool:
+    """A CUDA build of torch on a machine with an NVIDIA GPU's device node (asked without starting CUDA)."""
+    import torch
+
+    return torch.version.cuda is not None and any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def warm_up(warm: list[str], headers: str | None) -> list[str]:
     """The parent's one-off work: import ``warm`` and what kernels need (returns what imported), and for an
-    assignment that compiles, torch.compile's probes and header. Then freeze what it made."""
+    assignment that compiles, torch.compile's probes and header. Then freeze what it made.
+
+    Where torch can use a CUDA GPU, importing its compiler (``torch._inductor.compile_fx``) starts the CUDA
+    driver's thread, and its header compile starts CUDA itself (seen on an H100 with torch 2.11+cu130): a
+    parent that did either could fork no kernel able to use the GPU. There the kernels import the compiler
+    themselves, as a plain kernel does; torch._dynamo and torch.export start nothing there."""
     imported = []
     for name in [*warm, *KERNEL_MODULES]:
+        if name == COMPILES and "torch" in sys.modules and sees_a_cuda_device():
+            print(f"warm parent: {name} is left to the kernels (this machine has a CUDA GPU)", flush=True)
+            continue
         try:
             __import__(name)
             imported.append(name)

@@ -294,6 +294,10 @@ def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
         "DLCOURSE_CAPTURE": str(scratch / "capture"),
         "DLCOURSE_CACHE": str(home / "cache"),
         "LANG": "C.UTF-8",
+        # where pandas and pyarrow are installed (Colab), scikit-learn's import loads pyarrow, whose jemalloc
+        # starts a background thread: a warm parent with it cannot fork safely, and refused to start (seen on a
+        # GPU host's image); without the thread, jemalloc returns memory as it frees it
+        "JE_ARROW_MALLOC_CONF": "background_thread:false",
     }
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
