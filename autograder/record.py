@@ -112,9 +112,7 @@ def _written(grade, answered: bool, comment, notebook: str = "") -> WrittenResul
     """A written answer as the gradebook holds it: the manual score (with extra credit) when given, 0 for
     an unanswered one, else None (awaiting manual grading)."""
     text = (comment.manual_comment or "") if comment is not None else ""
-    row = _GradeRow(
-        "", "", grade.auto_score, grade.manual_score, grade.extra_credit, grade.needs_manual_grade
-    )
+    row = _GradeRow(grade.auto_score, grade.manual_score, grade.extra_credit, grade.needs_manual_grade)
     return _written_row(grade.name, float(grade.cell.max_score), row, answered, text, notebook)
 
 
@@ -122,8 +120,6 @@ def _written(grade, answered: bool, comment, notebook: str = "") -> WrittenResul
 class _GradeRow:
     """The columns of a grade row that recording reads and writes."""
 
-    id: str
-    notebook_id: str
     auto_score: float | None
     manual_score: float | None
     extra_credit: float | None
@@ -223,7 +219,9 @@ class Recorder:
         """Write one submission's automatic scores; manual scores already given are kept."""
         if result.is_error:
             raise ValueError(f"{result.student_id}: a grader error is never recorded as a score")
-        if self._insert(aid, result) or self._update(aid, result):
+        # an existing submission first (a regrade, --force: no insert that fails), then a new one; a submission
+        # another grader recorded meanwhile makes the insert fail, and is updated
+        if self._update(aid, result) or self._insert(aid, result) or self._update(aid, result):
             return
         self._rewrite(aid, result)
 
@@ -241,12 +239,7 @@ class Recorder:
         for notebook in submission.notebooks:  # the submission's grade rows, loaded together
             for grade in notebook.grades:
                 row = _GradeRow(
-                    grade.id,
-                    "",
-                    grade.auto_score,
-                    grade.manual_score,
-                    grade.extra_credit,
-                    grade.needs_manual_grade,
+                    grade.auto_score, grade.manual_score, grade.extra_credit, grade.needs_manual_grade
                 )
                 done = _decide(row, grade.name, is_written_grade(grade), points, answered, result.status)
                 grade.auto_score, grade.needs_manual_grade = row.auto_score, row.needs_manual_grade
@@ -358,11 +351,9 @@ class Recorder:
         written, changed, said = {}, [], []
         for g in grades:
             shape, cell = cells[g.cell_id]
-            row = _GradeRow(
-                g.id, g.notebook_id, g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade
-            )
+            row = _GradeRow(g.auto_score, g.manual_score, g.extra_credit, g.needs_manual_grade)
             done = _decide(row, cell.name, cell.written, points, answered, result.status)
-            changed.append({"b_id": row.id, "b_auto": row.auto_score, "b_manual": row.needs_manual_grade})
+            changed.append({"b_id": g.id, "b_auto": row.auto_score, "b_manual": row.needs_manual_grade})
             if done is None:
                 continue
             comment = comments.get((g.notebook_id, cell.name))
@@ -418,6 +409,8 @@ def _rows_of(db, assignment_id: str, sid: str, commented: dict[str, str]) -> tup
         select(Grade.id, Grade.notebook_id, Grade.cell_id, Grade.auto_score, Grade.manual_score,
                Grade.extra_credit, Grade.needs_manual_grade).where(Grade.notebook_id.in_(notebooks))
     ).all()  # fmt: skip
+    if not grades:  # a first submission: no rows yet
+        return grades, {}
     comments = {
         (notebook_id, commented.get(cell_id)): (comment_id, manual)
         for comment_id, notebook_id, cell_id, manual in db.execute(
