@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -23,8 +24,11 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
     in many places: an optimizer's constructor, ``nn.MultiheadAttention``, ``scaled_dot_product_attention``,
     ``torch.autograd.gradcheck``, profiling. That is 0.8 to 1.2 s of every kernel of a source that uses
     torch itself (A3's cells took 1.2 s, 1 s of it that import), so such a source's parent imports it once.
-    Plotting (``matplotlib`` or ``dlcourse.plots``) gets matplotlib's figure and Agg canvas (0.4 s, the
-    font list included), not pyplot, whose state is the kernel's own. A source that compiles or exports
+    Plotting (``matplotlib`` or ``dlcourse.plots``) gets matplotlib's figure, Agg canvas and pyplot (0.4 s,
+    the font list included; the kernels' ``MPLBACKEND`` is the parent's, Agg, so importing pyplot resolves
+    nothing of a kernel's own and makes no figure). Every module of the course's package that the code names
+    (``dlcourse.grading``, ``dlcourse.data``, ...) is imported too: 0.03 s of each kernel, and scikit-learn's
+    ``model_selection`` with ``dlcourse.data`` (the digits' split): 0.03 s. A source that compiles or exports
     also gets torch's compiler stack (3 s of imports a kernel otherwise pays on its first
     ``torch.compile``). None of these starts a thread when imported. Only code counts: a model answer
     that names ``torch.compile`` costs no kernel the compiler's start (8 s of it in the warm parent,
@@ -39,19 +43,23 @@ def frameworks_used(course: Course, aid: str) -> tuple[str, ...]:
     compiles = any(word in text for word in ("torch.compile", "torch._dynamo", "torch.export"))
     data = "sklearn" in text or "dlcourse.data" in text
     plots = "matplotlib" in text or "dlcourse.plots" in text
+    course_modules = sorted(set(re.findall(r"\bdlcourse\.([A-Za-z_]\w*)", text)))
     uses = {
         "numpy": "numpy" in text,
         "dlcourse": "dlcourse" in text,
         "torch": "torch" in text or "dlcourse.banner()" in text,
         "sklearn": data,
         "sklearn.datasets": data,
+        "sklearn.model_selection": data,
         "matplotlib.figure": plots,
         "matplotlib.backends.backend_agg": plots,
+        "matplotlib.pyplot": plots,
         "tensorflow": "tensorflow" in text,
         "torch._dynamo": "torch" in text,  # (so also where it compiles, exports or profiles)
         "torch._inductor.compile_fx": compiles,
         "torch.export": compiles,
         "sympy.tensor.tensor": compiles,  # sympy's sums import it on first use: 0.1 s of an export's shapes
+        **{f"dlcourse.{name}": True for name in course_modules},  # (a name that is no module is not findable)
     }
     return tuple(module for module, used in uses.items() if used and _findable(module))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import nbformat
 import psutil
@@ -351,7 +352,7 @@ def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
     source.cells.append(nbformat.v4.new_markdown_cell("Fuse them with `torch.compile` or `torch.export`."))
     source.cells.append(new_code_cell("import torch\nwith torch.profiler.profile() as p:\n    pass"))
     course = Course(root=make_course(tmp_path / "course", notebook=source))
-    assert frameworks_used(course, "T1") == ("numpy", "dlcourse", "torch", "torch._dynamo")
+    assert frameworks_used(course, "T1") == ("numpy", "dlcourse", "torch", "torch._dynamo", "dlcourse.grading")
     source.cells.append(new_code_cell("fast = torch.compile(lambda x: x + 1)"))
     course = Course(root=make_course(tmp_path / "again", notebook=source))
     assert {"torch._inductor.compile_fx", "torch.export", "sympy.tensor.tensor"} <= set(
@@ -362,15 +363,21 @@ def test_only_code_decides_what_a_warm_parent_imports(tmp_path):
 def test_a_source_that_uses_torch_or_plots_warms_what_torch_and_matplotlib_import_on_first_use(tmp_path):
     """torch imports torch._dynamo on an optimizer's first construction (and in gradcheck, attention, ...):
     1 s of every kernel. A source that uses torch gets it in its parent; one that plots gets matplotlib's
-    figure and Agg canvas; a numpy-only source gets neither."""
-    assert frameworks_used(Course(root=make_course(tmp_path / "numpy")), "T1") == ("numpy", "dlcourse")
+    figure, Agg canvas and pyplot; one that loads the course's data gets scikit-learn's datasets and
+    model_selection; the course's modules the code names are imported; a numpy-only source gets none."""
+    numpy_only = frameworks_used(Course(root=make_course(tmp_path / "numpy")), "T1")
+    assert numpy_only == ("numpy", "dlcourse", "dlcourse.grading")  # (its tests check with dlcourse.grading)
     source = source_notebook()
     source.cells.append(new_code_cell("import torch\nopt = torch.optim.SGD([torch.zeros(1)], lr=0.1)"))
-    source.cells.append(new_code_cell("from dlcourse.plots import show"))
+    source.cells.append(
+        new_code_cell("from dlcourse.plots import show\nfrom dlcourse.data import load_digits_split")
+    )
+    source.cells.append(new_code_cell("dlcourse.banner()\ndlcourse.no_such_module.x = 1"))
     warm = frameworks_used(Course(root=make_course(tmp_path / "torch", notebook=source)), "T1")
     assert warm.index("torch") < warm.index("torch._dynamo")
-    assert {"matplotlib.figure", "matplotlib.backends.backend_agg"} <= set(warm)
-    assert "matplotlib.pyplot" not in warm  # pyplot's state (figures, backend) is each kernel's own
+    assert {"matplotlib.figure", "matplotlib.backends.backend_agg", "matplotlib.pyplot"} <= set(warm)
+    assert {"sklearn.datasets", "sklearn.model_selection", "dlcourse.plots", "dlcourse.data"} <= set(warm)
+    assert not {"dlcourse.banner", "dlcourse.no_such_module"} & set(warm)  # a function, a name of no module
     assert "torch._inductor.compile_fx" not in warm
 
 
@@ -380,26 +387,35 @@ before = set(sys.modules)
 import torch
 import matplotlib
 import matplotlib.pyplot as plt
+from matplotlib.mathtext import MathTextParser
+from dlcourse.data import load_digits_split
+figures_at_start = plt.get_fignums()
+parser_built = MathTextParser._parser is not None
 opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+split = load_digits_split()
 fig, ax = plt.subplots()
-ax.plot([0, 1], [1, 0])
+ax.plot([0, 1], [1, 0.01])
+ax.set_yscale("log")
 png = io.BytesIO()
 fig.savefig(png, format="png")
 # (spelled "torch." + "_dynamo": those words in a source warm the compiler too)
-heavy = ("torch." + "_dynamo", "sympy", "matplotlib.figure", "matplotlib.font_manager", "matplotlib.backends.backend_agg")
+heavy = ("torch." + "_dynamo", "sympy", "matplotlib", "sklearn", "dlcourse")
 print(json.dumps({
     "imported": sorted({p for p in heavy for m in set(sys.modules) - before if m.startswith(p)}),
     "png": png.getvalue()[:4] == b"\\x89PNG",
     "backend": matplotlib.get_backend().lower(),
-    "figures": plt.get_fignums(),
+    "figures": [figures_at_start, plt.get_fignums()],
+    "parser built": parser_built,
+    "digits": [load_digits_split.cache_info().hits, len(split.X_train), split.X_train.flags.writeable],
 }))
 """
 
 
 @pytest.mark.slow
 def test_a_kernel_of_a_source_that_trains_and_plots_imports_neither_again(tmp_path):
-    """What the parent of such a source imported, a forked kernel does not import again; it still plots
-    (Agg, as every kernel), and each run's pyplot is its own."""
+    """What the parent of such a source imported, a forked kernel does not import again, and what a first use
+    computes (matplotlib's mathtext parser, the digits' split) it finds made; it still plots (Agg, as every
+    kernel), and each run's pyplot is its own: no figure at its start."""
     isolation = forked_isolation()
     source = source_notebook()
     source.cells.append(new_code_cell(FIRST_USE))
@@ -409,7 +425,10 @@ def test_a_kernel_of_a_source_that_trains_and_plots_imports_neither_again(tmp_pa
         outcome = run_in_sandbox(notebook, warm, isolation)
         assert outcome.status == "finished", outcome.detail
         report = json.loads(outcome.summary["cells"][0]["output"].strip().splitlines()[-1])
-        assert report == {"imported": [], "png": True, "backend": "agg", "figures": [1]}, report
+        assert report == {
+            "imported": [], "png": True, "backend": "agg", "figures": [[], [1]], "parser built": True,
+            "digits": [1, 1347, False],
+        }, report  # fmt: skip
 
 
 CUDA_HOST = """
@@ -504,6 +523,48 @@ def test_a_kernel_gets_jsonschema_with_every_format_checker_a_plain_python_has(r
     outcome = run_in_sandbox(nb, ("numpy",), isolation)
     assert outcome.status == "finished", outcome.detail
     assert outcome.summary["cells"][0]["output"].strip() == plain.stdout.strip()
+
+
+def test_every_module_of_the_course_package_imports_without_starting_a_thread(tmp_path):
+    """A warm parent imports every ``dlcourse`` module its source names, and refuses to start with a second
+    thread (a fork copies only one): no module of the package may start one as it loads."""
+    import subprocess
+    import sys
+
+    from autograder.runner.protocol import kernel_env
+
+    code = (
+        "import os, pkgutil, importlib, dlcourse\n"
+        "names = [m.name for m in pkgutil.walk_packages(dlcourse.__path__, 'dlcourse.')]\n"
+        "started = []\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        "    if len(os.listdir('/proc/self/task')) > 1 and not started: started.append(name)\n"
+        "print(len(names), started)\n"
+    )
+    env = {**kernel_env(tmp_path, 1), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    count, started = done.stdout.split(" ", 1)
+    assert int(count) > 20 and started.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_forked_kernel_sets_the_parents_jsonschema_aside_without_freeing_it():
+    """Out of the kernel's sys.modules, but kept: freeing those modules would write to (and so copy) about 2,000
+    of the parent's pages in every kernel, 8 ms of each."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc, sys, weakref\n"
+        "import autograder, nbformat, nbclient\n"
+        "modules = [weakref.ref(sys.modules[n]) for n in ('jsonschema', 'nbformat', 'nbclient')]\n"
+        "del nbformat, nbclient\n"
+        "autograder.give_back_jsonschema()\n"
+        "gc.collect()\n"
+        "print([n in sys.modules for n in ('jsonschema', 'nbformat', 'nbclient')], [m() is not None for m in modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[0] == "[False, False, False] [True, True, True]", done.stdout + done.stderr
 
 
 def test_a_warm_parent_compiles_nbformats_validators_so_its_drivers_read_notebooks_without_compiling():
