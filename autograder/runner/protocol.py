@@ -298,6 +298,10 @@ def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
         # starts a background thread: a warm parent with it cannot fork safely, and refused to start (seen on a
         # GPU host's image); without the thread, jemalloc returns memory as it frees it
         "JE_ARROW_MALLOC_CONF": "background_thread:false",
+        # OpenBLAS's threads spin 2**28 cycles (0.1 s) after each product before they sleep: CPU that another
+        # run needs wherever every core is given to a kernel (the reference's runs at 2 and 4 threads lost 0.4 s
+        # of 2 s to it on 2 cores). The partition of a product, and so its result, is the same either way
+        "OPENBLAS_THREAD_TIMEOUT": "4",
     }
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
