@@ -212,6 +212,21 @@ def test_both_runners_load_the_frameworks_but_leave_no_name_behind(runner):
     assert outcome.summary["cells"][0]["output"].strip() == "[] True"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["fork", "spawn"])
+def test_a_run_too_short_for_the_watchdogs_samples_still_reports_its_kernels_peak(runner, monkeypatch):
+    """The watchdog samples every 0.2 s; a kernel that lives 0.1 s can end between two samples. Its peak comes
+    from the kernel's own high-water mark, read by the driver before it stops the kernel."""
+    from autograder.runner.watchdog import Watchdog
+
+    monkeypatch.setattr(Watchdog, "tree_usage", lambda self: (1, 0))  # every sample misses the kernel
+    code = "import numpy as np\nx = np.ones(40 * 2**20, dtype=np.uint8)\nprint(int(x.sum()))"
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell(code)])
+    outcome = run_in_sandbox(nb, ("numpy",), resolve("basic", runner))
+    assert outcome.status == "finished", outcome.detail
+    assert outcome.peak_memory_mb is not None and 40 + 10 < outcome.peak_memory_mb < LIMITS.memory_mb
+
+
 def test_the_frameworks_of_an_assignment_are_found_without_importing_them(tmp_path):
     """Which modules a warm parent imports is decided in the grader without importing them there: a submodule's
     ``find_spec`` imports its package (torch, 1.4 s, in the grader's own process and before anything runs)."""

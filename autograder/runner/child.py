@@ -402,6 +402,24 @@ def main() -> None:
         run_notebook(client, Path(request.scratch), timings)
 
 
+def kernel_peak_mb(km) -> float | None:
+    """The kernel's resident memory at its largest (its own high-water mark, ``VmHWM``), read before it is
+    stopped: a kernel that lived between two of the watchdog's samples (0.2 s apart) has a peak too. A kernel
+    can lower its own mark (``/proc/self/clear_refs``), not raise it above what it held: the grader keeps
+    the larger of this and its own samples."""
+    pid = km.kernel_pid() if hasattr(km, "kernel_pid") else getattr(km.provisioner, "pid", None)
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def run_notebook(client, scratch: Path, timings: dict) -> None:
     """After READY: read the notebook's path from stdin (a grader-owned folder), copy the files beside it
     into the work folder, run it cell by cell in the client's kernel, send the report (the summary, each
@@ -436,6 +454,7 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
     except Exception as err:  # the runner itself failed: say so, never hide it
         summary["stopped"] = f"runner error: {type(err).__name__}: {short(str(err), 500)}"
     timings["notebook"] = time.perf_counter() - started
+    summary["kernel_peak_mb"] = kernel_peak_mb(client.km)
     # the kernel first: nothing may change the capture while it is read
     started = time.perf_counter()
     run_sync(client.km.shutdown_kernel)(now=True)

@@ -783,6 +783,13 @@ def _drive(request: ChildRequest, init: int) -> None:
         def has_kernel(self) -> bool:
             return True
 
+        def kernel_pid(self) -> int | None:
+            """The kernel (init's one child), as this driver's /proc numbers it."""
+            try:
+                return int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                return None
+
         async def _async_is_alive(self) -> bool:
             try:
                 return os.waitpid(init, os.WNOHANG) == (0, 0)

@@ -331,8 +331,12 @@ def read_summary_data(data) -> dict:
         for k, v in timings.items()
         if isinstance(v, int | float) and not isinstance(v, bool)
     }
+    peak = data.get("kernel_peak_mb")
     return {
         "cells": cells,
         "stopped": data.get("stopped")[:600] if isinstance(data.get("stopped"), str) else None,
         "timings": timings,
+        "kernel_peak_mb": float(peak)
+        if isinstance(peak, int | float) and not isinstance(peak, bool)
+        else None,
     }

@@ -127,7 +127,7 @@ class Outcome:
     capture: dict  # name -> bytes: cases.jsonl and the .npy files of the captured values
     summary: dict = field(default_factory=dict)
     detail: str = ""
-    peak_memory_mb: float | None = None  # the sandbox's whole process tree, sampled every 0.2 s
+    peak_memory_mb: float | None = None  # the process tree (sampled every 0.2 s) or the kernel at its largest
     outputs: dict = field(default_factory=dict)  # code cell index -> its outputs as the cell left them
     kernel_outputs: dict | None = None  # grade_id -> outputs of the test cells decided in the kernel
 
@@ -301,7 +301,10 @@ class Sandbox:
             summary = {**summary, "problems": report.problems}
         if status == "finished" and summary.get("stopped") == "DeadKernelError":
             status = "crashed"
-        peak = round(watchdog.peak_rss / 2**20, 1) if watchdog.peak_rss else None
+        # the larger of the watchdog's samples and the kernel's own high-water mark (a run too short to be
+        # sampled has one too; a kernel can lower its mark, not the samples)
+        peak_rss = max(watchdog.peak_rss, (summary.get("kernel_peak_mb") or 0) * 2**20)
+        peak = round(peak_rss / 2**20, 1) if peak_rss else None
         return Outcome(status, seconds, capture, summary, detail, peak, report.outputs)
 
     def _tail(self, prefix: str) -> str:
