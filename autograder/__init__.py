@@ -26,6 +26,8 @@ class WithoutIriGrammar:
 
     @staticmethod
     def find_spec(name, path=None, target=None):
+        if _LISTED is not None and name.partition(".")[0] in _DRIVERS:
+            _LISTED.append(name)  # (a warm parent's list of them stays whole)
         if name != _GRAMMAR:
             return None
         frame = sys._getframe(1)
@@ -41,6 +43,15 @@ class WithoutIriGrammar:
 # what a forked kernel imports afresh (nbformat's errors are jsonschema's: the two go together)
 _DRIVERS = ("jsonschema", "nbformat", "nbclient")
 _SET_ASIDE: list = []  # the parent's modules of those, out of sys.modules in a forked kernel
+_LISTED: list[str] | None = None  # their names, listed once in a warm parent (then kept up to date)
+
+
+def list_drivers() -> None:
+    """In a warm parent, after its imports: list the driver modules it loaded, once. A kernel forked from it
+    that went through all of ``sys.modules`` itself would touch (and so copy) thousands of the parent's
+    pages: 6 ms of each kernel. What loads later is added as it loads (:class:`WithoutIriGrammar`)."""
+    global _LISTED
+    _LISTED = [n for n in sys.modules if n.partition(".")[0] in _DRIVERS]
 
 
 def give_back_jsonschema() -> None:
@@ -51,9 +62,8 @@ def give_back_jsonschema() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, WithoutIriGrammar)]
     if _FORMATS in sys.modules and _GRAMMAR not in sys.modules:
         # kept, not freed: freeing them would write to (and so copy) 2,000 of the parent's pages, 8 ms a kernel
-        _SET_ASIDE.extend(
-            sys.modules.pop(n) for n in [n for n in sys.modules if n.partition(".")[0] in _DRIVERS]
-        )
+        listed = [n for n in sys.modules if n.partition(".")[0] in _DRIVERS] if _LISTED is None else _LISTED
+        _SET_ASIDE.extend(module for n in listed if (module := sys.modules.pop(n, None)) is not None)
 
 
 if not any(isinstance(f, WithoutIriGrammar) for f in sys.meta_path):

@@ -25,7 +25,7 @@ from tests.fixtures.toy_course import make_course, meta, source_notebook, submit
 LIMITS = Limits(timeout=120, cell_timeout=60, memory_mb=3072)
 
 REPORT = """
-import ctypes, json, os, socket, threading, threadpoolctl, torch
+import ctypes, json, os, socket, sys, threading, threadpoolctl, torch
 status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
 libc = ctypes.CDLL(None, use_errno=True)
 print(json.dumps({
@@ -36,6 +36,9 @@ print(json.dumps({
     "interfaces": [name for _, name in socket.if_nameindex()],
     "umount_tmp": libc.umount2(b"/tmp", 2),  # MNT_DETACH: undoing a cover needs a capability it lacks
     "sigchld_caught": bool(int(status["SigCgt"], 16) >> 16 & 1),  # (signal 17: the warm parent's own handler)
+    # the threads were set through the parent's threadpoolctl controller, not one of the kernel's own
+    "threadpools": [len(m._THREADPOOLS) for m in list(sys.modules.values())
+                    if getattr(m, "__file__", None) and m.__file__.endswith("forkserver.py")],
 }))
 """
 
@@ -68,6 +71,7 @@ def test_the_warm_parent_starts_no_thread_and_each_kernel_gets_its_own_threads_a
         assert outcome.status == "finished", outcome.detail
         report = json.loads(outcome.summary["cells"][0]["output"])
         assert report["torch_threads"] == threads and report["blas_threads"] == [threads], report
+        assert report["threadpools"] == [1]  # (the parent's module is its __main__)
         assert report["cap_eff"] == "0000000000000000" and report["no_new_privs"] == "1"
         assert report["umount_tmp"] != 0
         assert report["interfaces"] == ["lo"]
@@ -614,6 +618,25 @@ def test_a_forked_kernel_sets_the_parents_jsonschema_aside_without_freeing_it():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[0] == "[False, False, False] [True, True, True]", done.stdout + done.stderr
+
+
+def test_a_kernel_sets_aside_the_driver_modules_its_parent_listed_and_those_loaded_after():
+    """A warm parent lists its jsonschema, nbformat and nbclient modules once (a kernel going through all of
+    sys.modules would copy thousands of the parent's pages); one loaded after the list is added as it loads."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import autograder, nbformat\n"
+        "autograder.list_drivers()\n"
+        "import nbclient, nbformat.sign\n"  # after the list
+        "autograder.give_back_jsonschema()\n"
+        "left = [n for n in sys.modules if n.partition('.')[0] in ('jsonschema', 'nbformat', 'nbclient')]\n"
+        "print(left, 'nbclient' in [m.__name__ for m in autograder._SET_ASIDE])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[0] == "[] True", done.stdout + done.stderr
 
 
 def test_a_warm_parent_compiles_nbformats_validators_so_its_drivers_read_notebooks_without_compiling():
