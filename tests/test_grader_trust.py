@@ -372,3 +372,34 @@ def test_namespaces_as_a_normal_user_hide_the_course_and_cut_the_network():
         import shutil
 
         shutil.rmtree(course, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_probe_that_fails_beside_the_reference_refuses_the_batch_and_keeps_no_reference(
+    tmp_path, monkeypatch
+):
+    """The probe and the reference build run at once (the reference runs the instructor's own source): a probe
+    that fails still refuses everything, records nothing, and the reference made beside it is not kept."""
+    course = toy_course(tmp_path)
+    submit(course, "ada", filled(course, "T1"))
+    started = []
+
+    def failing_probe(*args, **kwargs):
+        started.append(time.monotonic())
+        time.sleep(1.0)  # the reference's runs are under way meanwhile
+        raise IsolationError("the probe found the solutions visible")
+
+    monkeypatch.setattr(canary, "probe_isolation", failing_probe)
+    built = []
+    real_build = canary.build_reference
+
+    def build(*args, **kwargs):
+        built.append(time.monotonic())
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(canary, "build_reference", build)
+    with pytest.raises(IsolationError, match="solutions visible"):
+        grade(course, "T1", workers=1, limits=LIMITS)
+    assert built and started and built[0] - started[0] < 0.5  # the reference did not wait for the probe
+    assert not (course.reference_dir / "T1").exists()
+    assert not any(course.results_dir("T1").glob("*.json"))  # nothing recorded
