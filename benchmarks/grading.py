@@ -671,7 +671,7 @@ def measure_a4(workers: int) -> dict:
     A3 the default way. No run gets another's compile cache (it would hold code generated from the
     solutions). Median seconds of one submission (grade_one)."""
     out: dict = {"submissions": A4_COUNT}
-    medians = {}
+    medians, besides_cells = {}, {}
     for aid in ("A3", "A4"):
         course = throwaway_course(aid)
         try:
@@ -685,17 +685,38 @@ def measure_a4(workers: int) -> dict:
             for name, options in ways.items():
                 log(f"{aid}: {name}, {len(made)} submissions")
                 result, rows = grade_with_autograder(course, aid, workers, memory=False, **options)
-                ran = [r["seconds"] for r in rows if "sandbox_run" in r.get("timings", {})]
-                out[f"{aid}: {name}"] = {**result, "median_submission_seconds": median(ran),
-                                         "scores": sorted(r["score"] for r in rows)}  # fmt: skip
-                medians[aid] = median(ran)
+                per = per_submission(rows)
+                out[f"{aid}: {name}"] = {**result, **per, "scores": sorted(r["score"] for r in rows)}
+                medians[aid], besides_cells[aid] = (
+                    per["median_submission_seconds"],
+                    per["median_seconds_besides_cells"],
+                )
         finally:
             shutil.rmtree(course.root, ignore_errors=True)
     out["a3_median_submission_seconds"] = medians.get("A3")
     out["a4_vs_a3_per_submission"] = (
         round(medians["A4"] / medians["A3"], 3) if medians.get("A4") and medians.get("A3") else None
     )
+    # what the grader adds to a submission besides the time its notebook's cells ran (A4's cells compile,
+    # export and trace: that is the assignment's own work, the same in any grader)
+    out["a4_vs_a3_besides_cells"] = (
+        round(besides_cells["A4"] / besides_cells["A3"], 3)
+        if besides_cells.get("A4") and besides_cells.get("A3")
+        else None
+    )
     return out
+
+
+def per_submission(rows: list[dict]) -> dict:
+    """Medians over the submissions that ran (an unreadable one never reached a sandbox): seconds of each,
+    of its notebook's cells in the kernel, and of the rest (what the grader adds)."""
+    ran = [r for r in rows if "sandbox_run" in r.get("timings", {})]
+    cells = [r["timings"].get("child_notebook", 0.0) for r in ran]
+    return {
+        "median_submission_seconds": median([r["seconds"] for r in ran]),
+        "median_cell_seconds": median(cells),
+        "median_seconds_besides_cells": median([r["seconds"] - c for r, c in zip(ran, cells, strict=True)]),
+    }
 
 
 def peak_pss(entry: dict) -> int | None:
@@ -733,6 +754,7 @@ def measured_figures(total: dict, per_assignment: list[dict], a4: dict | None, f
         "overhead_seconds": worst(overheads),
         "overhead_vs_nbgrader_overhead": round(worst(against), 4) if worst(against) is not None else None,
         "a4_vs_a3_per_submission": (a4 or {}).get("a4_vs_a3_per_submission"),
+        "a4_vs_a3_besides_cells": (a4 or {}).get("a4_vs_a3_besides_cells"),  # reported
         "regrade_anew_vs_regrade": worst([(a.get("regrade") or {}).get("anew_vs_regrade") for a in per_assignment], min),
         "wall_vs_cells_per_core": round(wall / (cells / cores), 3) if cells else None,
         "scaling_40_vs_10": next((a["scaling_40_vs_10"] for a in per_assignment if "scaling_40_vs_10" in a), None),

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from benchmarks.grading import TARGETS
+from benchmarks.grading import TARGETS, per_submission
 from benchmarks.report import write_report
 
 
@@ -117,3 +117,17 @@ def test_the_stage_spread_agrees_with_the_recorded_medians():
     values = list(rng.normal(size=11))
     assert percentile(values, 0.9) == pytest.approx(np.percentile(values, 90))
     assert percentile([], 0.5) is None
+
+
+def test_a_submissions_seconds_besides_its_cells_are_what_the_grader_added():
+    rows = [
+        {"seconds": 4.0, "timings": {"sandbox_run": 3.9, "child_notebook": 3.5}},
+        {"seconds": 1.0, "timings": {"sandbox_run": 0.9, "child_notebook": 0.2}},
+        {"seconds": 2.0, "timings": {"sandbox_run": 1.9, "child_notebook": 1.6}},
+        {"seconds": 0.05, "timings": {"repair": 0.01}},  # unreadable: never ran, not counted
+    ]
+    assert per_submission(rows) == {
+        "median_submission_seconds": 2.0,
+        "median_cell_seconds": 1.6,
+        "median_seconds_besides_cells": 0.5,
+    }
