@@ -149,9 +149,7 @@ class Result:
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     seconds_in_sandbox: float | None = None
-    peak_memory_mb: float | None = (
-        None  # the sandbox at its largest (its tree sampled, the kernel's own mark)
-    )
+    peak_memory_mb: float | None = None  # the sandbox at its largest (tree sampled; the kernel's own mark)
     detail: str = ""  # the child's last lines, for the instructor
     traceback: str = ""  # a grader bug's traceback
 
