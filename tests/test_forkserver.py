@@ -620,6 +620,24 @@ def test_a_forked_kernel_sets_the_parents_jsonschema_aside_without_freeing_it():
     assert done.stdout.split("\n")[0] == "[False, False, False] [True, True, True]", done.stdout + done.stderr
 
 
+def test_a_parent_whose_threadpool_controller_fails_still_starts_and_its_kernels_set_their_own_threads():
+    import subprocess
+    import sys
+
+    code = (
+        "import json, threadpoolctl\n"
+        "from autograder.runner import forkserver\n"
+        "forkserver.threadpool_controller = lambda: 1 / 0\n"
+        "forkserver.warm_up(['numpy'], None)\n"
+        "forkserver.set_threads(2)\n"
+        "blas = {p['num_threads'] for p in threadpoolctl.threadpool_info() if p['user_api'] == 'blas'}\n"
+        "print(json.dumps([len(forkserver._THREADPOOLS), sorted(blas)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "threadpoolctl failed: ZeroDivisionError" in done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0, [2]]
+
+
 def test_a_kernel_sets_aside_the_driver_modules_its_parent_listed_and_those_loaded_after():
     """A warm parent lists its jsonschema, nbformat and nbclient modules once (a kernel going through all of
     sys.modules would copy thousands of the parent's pages); one loaded after the list is added as it loads."""

@@ -502,7 +502,10 @@ def warm_up(warm: list[str], headers: str | None) -> list[str]:
     # collections do not walk (and so copy, page by page) the parent's objects.
     list_drivers()
     if "numpy" in sys.modules:
-        _THREADPOOLS.append(threadpool_controller())
+        try:
+            _THREADPOOLS.append(threadpool_controller())
+        except Exception as err:  # each kernel makes its own, as in any process
+            print(f"warm parent: threadpoolctl failed: {type(err).__name__}: {err}", flush=True)
     gc.collect()
     gc.freeze()
     return imported
