@@ -77,8 +77,31 @@ def test_repair_of_the_hostile_batch(hostile, sid):
             json.dumps({"cells": [], "stopped": "DeadKernelError"}),
             {"cells": [], "stopped": "DeadKernelError", "timings": {}},
         ),
+        (
+            json.dumps({"cells": [], "kernel_peak_mb": 412.5}),
+            {"cells": [], "stopped": None, "timings": {}, "kernel_peak_mb": 412.5},
+        ),
+        *[  # a peak that is not a plain finite size is dropped
+            ('{"cells": [], "kernel_peak_mb": ' + forged + "}", {"cells": [], "stopped": None, "timings": {}})
+            for forged in ('"9e9"', "true", "-1", "Infinity", "NaN", "[1]")
+        ],
     ],
-    ids=["empty", "not-json", "a-list", "cells-not-a-list", "long-and-nested", "junk-entries", "stopped"],
+    ids=[
+        "empty",
+        "not-json",
+        "a-list",
+        "cells-not-a-list",
+        "long-and-nested",
+        "junk-entries",
+        "stopped",
+        "kernel-peak",
+        "peak-text",
+        "peak-bool",
+        "peak-negative",
+        "peak-infinite",
+        "peak-nan",
+        "peak-list",
+    ],
 )
 def test_a_reports_summary_keeps_only_plain_well_formed_data(content, expected):
     header = ('{"version": 2, "summary": ' + (content or '""') + "}").encode()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -331,12 +332,12 @@ def read_summary_data(data) -> dict:
         for k, v in timings.items()
         if isinstance(v, int | float) and not isinstance(v, bool)
     }
-    peak = data.get("kernel_peak_mb")
-    return {
+    summary = {
         "cells": cells,
         "stopped": data.get("stopped")[:600] if isinstance(data.get("stopped"), str) else None,
         "timings": timings,
-        "kernel_peak_mb": float(peak)
-        if isinstance(peak, int | float) and not isinstance(peak, bool)
-        else None,
     }
+    peak = data.get("kernel_peak_mb")  # the kernel's own high-water mark, MB, where the driver could read it
+    if isinstance(peak, int | float) and not isinstance(peak, bool) and math.isfinite(peak) and peak >= 0:
+        summary["kernel_peak_mb"] = float(peak)
+    return summary
