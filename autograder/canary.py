@@ -258,23 +258,21 @@ class Proof:
 
 
 def begin_proof(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int, strict: bool = False, say=None
+    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int, strict: bool = False, say=None,
+    probe: str = "always",
 ) -> Proof:  # fmt: skip
     """Probe the isolation and build the reference; take the canary's passed record from the cache, or
     decide the canary again from its kept runs where only decisions changed and it passes. Otherwise the
     proof's ``record`` stays None: its canary jobs must run (:func:`run_canary`, or beside the students'
-    runs, none of them recorded before :func:`conclude` passed)."""
-    from autograder.reference import STAMP_FILE, source_digest
+    runs, none of them recorded before :func:`conclude` passed).
 
+    ``probe="if anything runs"`` (a regrade, whose submissions may all be decided again from kept runs)
+    probes only where the reference or the canary has to run: the probe guards runs, and it starts a warm
+    parent, seconds of a regrade in which nothing else would start one. Whoever then runs a submission
+    proves again with the probe (:func:`autograder.batch.grade` does)."""
     say = say or (lambda _line: None)
     begun = time.monotonic()
-    say(f"{aid}: proving the grader: probing the sandbox")
-    stamp = course.reference_dir / aid / STAMP_FILE
-    if not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
-        say(
-            f"{aid}: proving the grader: the reference (the source's solutions run in the sandbox, or decided again)"
-        )
-    reference = _reference_beside_the_probe(course, aid, limits, isolation)
+    reference = _the_reference(course, aid, limits, isolation, probe, say)
     strict = is_strict(reference, strict)
     key = canary_key(reference, limits, isolation, workers, strict)
     keep = canary_runs(course, aid, reference, limits, isolation, workers)
@@ -293,8 +291,45 @@ def begin_proof(
         )
         conclude(proof, results, "decided again from its kept runs", time.monotonic() - started)
     else:
+        if probe != "always" and reference.how != "built":  # the canary's runs are next: probed first
+            say(f"{aid}: proving the grader: probing the sandbox")
+            _probe_or_discard(course, aid, limits, isolation, None)
         say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
     return proof
+
+
+def _the_reference(
+    course: Course, aid: str, limits: Limits, isolation: Isolation, probe: str, say
+) -> Reference:
+    """The reference up to date, beside the probe, or (``probe`` not "always") probed only if it had to run."""
+    from autograder.reference import STAMP_FILE, source_digest
+
+    if probe == "always":
+        say(f"{aid}: proving the grader: probing the sandbox")
+    stamp = course.reference_dir / aid / STAMP_FILE
+    if not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
+        say(
+            f"{aid}: proving the grader: the reference (the source's solutions run in the sandbox, or decided again)"
+        )
+    if probe == "always":
+        return _reference_beside_the_probe(course, aid, limits, isolation)
+    reference = build_reference(course, aid, limits=limits, isolation=isolation)
+    if reference.how == "built":  # it ran: as if beside the probe, kept only if the probe passes
+        say(f"{aid}: proving the grader: probing the sandbox")
+        _probe_or_discard(course, aid, limits, isolation, reference)
+    return reference
+
+
+def _probe_or_discard(
+    course: Course, aid: str, limits: Limits, isolation: Isolation, built: Reference | None
+) -> None:
+    """Probe the isolation; where it fails, remove the reference ``built`` in it (if any) and raise."""
+    try:
+        probe_isolation(course, limits, isolation, frameworks_used(course, aid))
+    except BaseException:
+        if built is not None:
+            shutil.rmtree(built.directory, ignore_errors=True)
+        raise
 
 
 def _reference_beside_the_probe(course: Course, aid: str, limits: Limits, isolation: Isolation) -> Reference:
@@ -361,12 +396,14 @@ def prove(
     workers: int,
     strict: bool = False,
     say=None,
+    probe: str = "always",
 ) -> tuple[Reference, dict]:
     """Probe, build the reference, run the canary (or find it passed in the cache); return the reference
     and the canary's record (with ``proof_seconds``, what this proof took). The source's solutions must earn
     full marks; the untouched release 0 where the rule is strict (:func:`is_strict`), else what it earns is
-    listed in the record's ``warnings``. ``say`` gets a line as each step starts."""
-    proof = begin_proof(course, aid, limits, isolation, workers, strict, say)
+    listed in the record's ``warnings``. ``say`` gets a line as each step starts; ``probe`` as in
+    :func:`begin_proof`."""
+    proof = begin_proof(course, aid, limits, isolation, workers, strict, say, probe)
     if proof.record is None:
         started = time.monotonic()
         results = run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep)

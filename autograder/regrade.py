@@ -83,27 +83,34 @@ class Regrade:
         return [c for c in self.changes if c.how != "decided again"]
 
 
-def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str]) -> str:
-    """ "" when the kept capture of ``old`` still answers the edited source's questions, else why not."""
+def why_run_again(course: Course, aid: str, old: Result, inputs: dict[str, str]) -> tuple[str, dict]:
+    """``("", kept)`` when the kept capture of ``old`` still answers the edited source's questions (``kept``:
+    each handed-in notebook's name -> its kept run, read once here; None for a notebook the grader could not
+    read, which nothing ran), else ``(why not, {})``."""
     folder = course.submission_folder(aid, old.student_id)
     if old.is_error:
-        return "it was never graded (a grader error)"
+        return "it was never graded (a grader error)", {}
     if submission_digest(folder, course.notebooks(aid)) != old.submission_sha256:
-        return "handed in again"
+        return "handed in again", {}
+    kept = {}
     for nb in course.notebooks(aid):
         path = course.submission(aid, old.student_id, nb)
         if not path.exists() and not path.is_symlink():
             continue  # not handed in: decided again as such
-        if kept_outcome(course.kept_run(aid, old.student_id, nb), old.submission_sha256) is None:
-            return "no capture kept from its run (or kept by an earlier grader, or from other bytes)"
+        kept[nb] = kept_outcome(course.kept_run(aid, old.student_id, nb), old.submission_sha256)
+        if kept[nb] is None and old.status != "unreadable":
+            return "no capture kept from its run (or kept by an earlier grader, or from other bytes)", {}
     changed = sorted(k for k in {*inputs, *old.inputs} if inputs.get(k) != old.inputs.get(k))
     if changed:
-        return "the source changed what " + ", ".join(changed[:4]) + " runs"
-    return ""
+        return "the source changed what " + ", ".join(changed[:4]) + " runs", {}
+    return "", kept
 
 
-def decide_again(batch: Batch, old: Result) -> Result:
-    """The verify and status stages on the kept capture of ``old``: no student code runs."""
+def decide_again(batch: Batch, old: Result, kept: dict) -> Result | None:
+    """The verify and status stages on the kept capture of ``old`` (``kept``, from :func:`why_run_again`): no
+    student code runs. A notebook the grader could not read (no run kept) goes through the repair stage
+    again, which reads it without running it; None if that notebook now reads (the edited release made it
+    readable): it has to run."""
     course, aid, sid, reference = batch.course, batch.aid, old.student_id, batch.reference
     started = time.monotonic()
     result = Result(sid, aid, reference.max_score, isolation=old.isolation, reference=reference.digest)
@@ -113,10 +120,13 @@ def decide_again(batch: Batch, old: Result) -> Result:
     for nb in reference.notebooks:
         part = Result(sid, aid, reference.part(nb).max_score, reference=reference.digest)
         g = Grading(Job(sid), reference.part(nb), course.submission(aid, sid, nb), part, nb=nb)
-        if not g.path.exists() and not g.path.is_symlink():
-            run_stages(batch, g, stages("repair"))  # not handed in: 0, as before
+        outcome = kept.get(course.notebook(aid, nb or None))
+        if outcome is None:  # not handed in, or unreadable: 0, as before, unless it now reads
+            run_stages(batch, g, stages("repair"))
+            if g.repaired.fatal is None:
+                return None
         else:
-            g.outcome = kept_outcome(course.kept_run(aid, sid, nb), old.submission_sha256)
+            g.outcome = outcome
             run_stages(batch, g, stages(*REDECIDE))
         parts.append((nb, part))
     merge_parts(result, parts, [])
@@ -156,7 +166,8 @@ def regrade(
     olds = {r.student_id: r for r in load_results(course, aid)}
     if not olds:
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
-    reference, record = prove(course, aid, limits, isolation, workers, strict)
+    # nothing runs where every submission is decided again: the probe only where something runs
+    reference, record = prove(course, aid, limits, isolation, workers, strict, probe="if anything runs")
     report.reference_seconds = time.monotonic() - started
     report.proof = f"reference {reference.how}, canary {record.get('how', 'found passed in the cache')}"
     batch = make_batch(course, aid, reference, limits, isolation)
@@ -168,11 +179,11 @@ def regrade(
             if sid not in present:
                 report.skipped[sid] = "the submission is no longer in submitted/"
                 continue
-            why = why_run_again(course, aid, old, inputs)
-            if why:
-                again[sid] = why
+            why, kept = why_run_again(course, aid, old, inputs)
+            new = None if why else decide_again(batch, old, kept)
+            if new is None:
+                again[sid] = why or "no capture kept from its run (the grader could not read it before)"
                 continue
-            new = decide_again(batch, old)
             keep_history(course, old)
             recorder.record(aid, new)
             save_result(course, new)

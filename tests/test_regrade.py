@@ -10,6 +10,7 @@ import pytest
 
 from autograder import canary as canary_module
 from autograder import reference as reference_module
+from autograder import regrade as regrade_module
 from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
 from autograder.reference import source_inputs
@@ -85,14 +86,18 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
                 "return x * factor", "return x * factor * (1.001 if factor < 0 else 1)"
             )
     submit(course, "ben", ben)
+    submit(course, "dee", nbformat.writes(filled(course, "T1"))[:300])  # cut off: unreadable, nothing runs
     first = {r.student_id: r for r in grade(course, "T1", workers=2, limits=LIMITS, isolation=isolation)}
-    assert {s: r.score for s, r in first.items()} == {"ada": 100, "ben": 70, "cyd": 60}
-    assert all((course.kept_run("T1", s) / "run.json").is_file() for s in first)
+    assert {s: r.score for s, r in first.items()} == {"ada": 100, "ben": 70, "cyd": 60, "dee": 0}
+    assert first["dee"].status == "unreadable"
+    assert all((course.kept_run("T1", s) / "run.json").is_file() for s in first if s != "dee")
 
     edit_source(course, HIDDEN, HIDDEN[:-1] + ", rtol=1e-2)")
     with monkeypatch.context() as nothing_runs:  # the reference and the canary are decided again, not run
         nothing_runs.setattr(reference_module, "_run_source", forbidden)
         nothing_runs.setattr(canary_module, "run_canary", forbidden)
+        nothing_runs.setattr(regrade_module, "grade", forbidden)  # the unreadable one too: read, not run
+        nothing_runs.setattr(canary_module, "probe_isolation", forbidden)  # it guards runs: none here
         report = regrade(course, "T1", LIMITS, isolation, workers=2)
     assert (
         report.proof == "reference decided again from its kept runs, canary decided again from its kept runs"
@@ -102,7 +107,10 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
         "ada": (100, "decided again"),
         "ben": (100, "decided again"),
         "cyd": (60, "decided again"),
+        "dee": (0, "decided again"),
     }
+    assert changes["dee"].new.status == "unreadable" and changes["dee"].new.reason == first["dee"].reason
+    assert changes["dee"].new.reference == report.changes[0].new.reference != first["dee"].reference
     assert all("sandbox_run" not in c.new.timings for c in changes.values())  # no student code ran
     assert changes["ben"].moved and changes["ben"].cells() == ["test_scale: 30 -> 60"]
     assert not changes["ada"].moved and not changes["cyd"].moved
@@ -116,6 +124,7 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
             "ada": 100,
             "ben": 100,
             "cyd": 60,
+            "dee": 0,
         }
 
     # the points of a cell: decided again too, nothing runs; ben keeps full marks, cyd's scale is worth less
@@ -129,7 +138,7 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
         nothing_runs.setattr(canary_module, "run_canary", forbidden)
         report = regrade(course, "T1", LIMITS, isolation, workers=2)
     assert {c.student_id: (c.new.score, c.new.max_score) for c in report.changes} == {
-        "ada": (80, 80), "ben": (80, 80), "cyd": (40, 80)
+        "ada": (80, 80), "ben": (80, 80), "cyd": (40, 80), "dee": (0, 80)
     }  # fmt: skip
 
     # new inputs for the hidden case: every kept run is stale, so each submission runs again
@@ -137,10 +146,48 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     submit(course, "cyd", filled(course, "T1"))  # and cyd handed in again meanwhile
     report = regrade(course, "T1", LIMITS, isolation, workers=2)
     changes = {c.student_id: c for c in report.changes}
-    assert {s: c.new.score for s, c in changes.items()} == {"ada": 80, "ben": 80, "cyd": 80}
+    assert {s: c.new.score for s, c in changes.items()} == {"ada": 80, "ben": 80, "cyd": 80, "dee": 0}
     assert changes["ada"].how == "run again: the source changed what test_scale runs"
     assert changes["cyd"].how == "run again: handed in again"
-    assert all("sandbox_run" in c.new.timings for c in changes.values())
+    assert all("sandbox_run" in c.new.timings for s, c in changes.items() if s != "dee")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what_runs", ["the reference", "the canary"])
+def test_a_regrade_probes_the_sandbox_before_anything_runs_and_keeps_nothing_a_failed_probe_guarded(
+    tmp_path, monkeypatch, what_runs
+):
+    """A regrade probes only where something has to run; then the probe comes first (the canary's runs) or
+    decides whether what ran beside it is kept (the reference): a failed probe refuses the regrade, keeps
+    no reference and records nothing."""
+    from autograder.runner.isolation import IsolationError
+
+    course = Course(root=make_course(tmp_path / "course"))
+    release(course, ["T1"])
+    submit(course, "ada", filled(course, "T1"))
+    (first,) = grade(course, "T1", workers=1, limits=LIMITS, isolation=resolve("auto"))
+    if what_runs == "the reference":
+        edit_source(course, "size=(3, 4)", "size=(4, 4)")  # new inputs: the source runs again
+    else:  # only a tolerance: the reference is decided again, but the canary's kept runs are gone
+        edit_source(course, HIDDEN, HIDDEN[:-1] + ", rtol=1e-2)")
+        for kept in (course.cache / "canary-runs").iterdir():
+            kept.rename(kept.with_name(kept.name + "-gone"))
+    probed = []
+
+    def failing_probe(*args, **kwargs):
+        probed.append(True)
+        raise IsolationError("the probe found the solutions visible")
+
+    monkeypatch.setattr(canary_module, "probe_isolation", failing_probe)
+    monkeypatch.setattr(canary_module, "run_canary", forbidden)  # the canary never runs unprobed
+    with pytest.raises(IsolationError, match="solutions visible"):
+        regrade(course, "T1", LIMITS, resolve("auto"), workers=1)
+    assert probed
+    stamp = course.reference_dir / "T1" / reference_module.STAMP_FILE
+    if what_runs == "the reference":
+        assert not stamp.exists()  # built beside a failed probe: not kept
+    assert json.loads(course.result("T1", "ada").read_text())["reference"] == first.reference  # nothing new
+    assert not (course.results_dir("T1") / "history").exists()
 
 
 def test_regrade_refuses_an_assignment_nobody_has_been_graded_on(tmp_path):
