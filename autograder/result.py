@@ -7,7 +7,8 @@ the same object, so nothing downstream builds or re-parses dictionaries of its o
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import copy
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 
@@ -219,7 +220,17 @@ class Result:
         )
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As ``dataclasses.asdict`` makes it (a test holds them equal), built field by field: asdict copies
+        every value through a generic deep copy, a tenth of a second in a regrade of 40."""
+        data = {name: getattr(self, name) for name in _FIELDS[Result]}
+        data.update(notes=list(self.notes), flags=list(self.flags), inputs=dict(self.inputs))
+        data["timings"] = copy.deepcopy(self.timings)  # the child's numbers, whatever they hold
+        data["cells"] = [
+            {**{n: getattr(c, n) for n in _FIELDS[CellResult]}, "groups": [_plain(g) for g in c.groups]}
+            for c in self.cells
+        ]
+        data["written"] = [_plain(w) for w in self.written]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> Result:
@@ -227,6 +238,16 @@ class Result:
         known["cells"] = [CellResult.from_dict(c) for c in data.get("cells", [])]
         known["written"] = [WrittenResult.from_dict(w) for w in data.get("written", [])]
         return cls(**known)
+
+
+_FIELDS = {
+    cls: tuple(f.name for f in fields(cls)) for cls in (GroupResult, CellResult, WrittenResult, Result)
+}
+
+
+def _plain(item) -> dict:
+    """A result's part whose fields are plain values (strings, numbers, booleans, None)."""
+    return {name: getattr(item, name) for name in _FIELDS[type(item)]}
 
 
 def _known(cls, data: dict) -> dict:

@@ -400,3 +400,32 @@ def test_a_reference_run_that_raises_says_so_instead_of_a_missing_thread_count()
     with pytest.raises(RuntimeError, match="the sandbox failed"):
         _run_all([("nb", 1), ("nb", 2), ("nb", 4)], runs, run_one)
     assert runs == {("nb", 1): 1, ("nb", 2): 2}
+
+
+def test_a_results_dict_is_what_asdict_makes_and_a_copy_of_it():
+    """Result.to_dict (built field by field, for speed) equals dataclasses.asdict on a result with every field
+    set, and shares nothing the caller could change the result through."""
+    from dataclasses import asdict, fields
+
+    from autograder.result import CellResult, GroupResult, Result, WrittenResult
+
+    groups = [GroupResult("public", 1.0, 2.0, False, "off by one"), GroupResult("hidden", 3.0, 3.0, True)]
+    result = Result(
+        "ada", "A1", 10.0, 4.0, "flagged", "1 of 2 tests failed", ["repaired"],
+        [CellResult("test_a", 4.0, 5.0, False, "m", "failed", groups, "part1", "outside"),
+         CellResult("test_b", 0.0, 5.0, False, "", "not run", [], "", "kernel")],
+        [WrittenResult("q1", 2.0, None, True, "good", "part1"), WrittenResult("q2", 1.0, 0.0, False)],
+        ["flag"], "bubblewrap", "ref-digest", "sha", {"cell": "digest"},
+        {"verify": 0.1, "child_odd": {"nested": [1, 2]}}, 1.5, 1.2, 300.0, "detail", "traceback",
+    )  # fmt: skip
+    blank = Result("", "")
+    assert all(getattr(result, f.name) != getattr(blank, f.name) for f in fields(Result))  # every field set
+    data = result.to_dict()
+    assert data == asdict(result) and list(data) == list(asdict(result))
+    assert Result.from_dict(json.loads(json.dumps(data))) == result
+    data["notes"].append("x")
+    data["cells"][0]["groups"][0]["points"] = 99
+    data["timings"]["child_odd"]["nested"].append(3)
+    data["inputs"]["cell"] = "other"
+    assert result.notes == ["repaired"] and result.cells[0].groups[0].points == 1.0
+    assert result.timings["child_odd"] == {"nested": [1, 2]} and result.inputs == {"cell": "digest"}

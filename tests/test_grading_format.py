@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlcourse import grading
 from dlcourse.grading import (
@@ -138,3 +140,52 @@ def test_summary_lists_session(capsys):
     check("s.one", 1.0, expected=1.0)
     grading.summary()
     assert "s.one" in capsys.readouterr().out
+
+
+PLAIN_DTYPES = ["?", "i1", "<i4", ">i8", "u2", "<f2", "<f4", ">f8", "<c16", "<U5", ">U3", "S4"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    dtype=st.sampled_from(PLAIN_DTYPES),
+    shape=st.lists(st.integers(0, 4), max_size=3).map(tuple),
+    fortran=st.booleans(),
+    version=st.sampled_from([(1, 0), (2, 0)]),
+    seed=st.integers(0, 2**16),
+    cut=st.integers(0, 40),
+)
+def test_a_captured_array_reads_as_numpy_reads_it(dtype, shape, fortran, version, seed, cut):
+    """The grader's reader of a capture's ``.npy`` bytes (each distinct header parsed once) gives what
+    ``np.load`` gives: values, dtype, shape and memory order, and refuses what it refuses (cut short)."""
+    import io
+
+    rng = np.random.default_rng(seed)
+    value = rng.integers(-100, 100, size=shape).astype(dtype)
+    value = np.asfortranarray(value) if fortran else value
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, value, version=version, allow_pickle=False)
+    data = buffer.getvalue()
+    for attempt in (data, data):  # the second read takes the header already parsed
+        got, want = grading.npy_array(attempt), np.load(io.BytesIO(attempt), allow_pickle=False)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.flags.f_contiguous == want.flags.f_contiguous and got.flags.writeable
+        assert np.array_equal(got, want)
+    short = data[: len(data) - cut] if cut and value.nbytes else data[:cut]
+    try:
+        np.load(io.BytesIO(short), allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        with pytest.raises((ValueError, OSError, EOFError)):
+            grading.npy_array(short)
+
+
+def test_a_captured_object_array_is_refused_unread(monkeypatch):
+    """An object array (a pickle inside) is refused as np.load refuses it, never unpickled."""
+    import io
+    import pickle
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: pytest.fail("unpickled"))
+    monkeypatch.setattr(pickle, "load", lambda *a, **k: pytest.fail("unpickled"))
+    with pytest.raises(ValueError, match="allow_pickle"):
+        grading.npy_array(buffer.getvalue())
