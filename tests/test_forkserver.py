@@ -710,3 +710,49 @@ def test_a_warm_parents_kernel_shows_its_first_traceback_without_compiling_the_l
         cwd=os.path.dirname(os.path.dirname(__file__)),
     )  # fmt: skip
     assert int(ran.stdout.strip().splitlines()[-1]) <= 5, ran.stdout
+
+
+LINGERING_CHILD = """
+import sys, time
+from autograder.runner.child import READY
+from autograder.runner.protocol import encode_report
+print(READY, flush=True)
+sys.stdin.readline()
+summary = {"cells": [{"index": 0, "status": "ok"}], "stopped": None, "timings": {"notebook": 0.01}}
+sys.stdout.buffer.write(encode_report(summary, {}, [("cases.jsonl", b"{}\\n")], []))
+sys.stdout.buffer.flush()
+time.sleep(float(sys.argv[1]))  # still holding the pipe: its end comes only when this process ends
+"""
+
+
+@pytest.mark.parametrize("linger", [0.0, 6.0])
+def test_a_run_whose_report_came_whole_is_decided_while_its_processes_end_and_cleanup_ends_them(
+    monkeypatch, linger
+):
+    """The driver's report is its last act: once it came whole, the grader goes on (a child's memory takes 20
+    to 30 ms to tear down) and kills what is left; cleanup waits until the child has ended. A child that
+    lingered 6 s after its report held a run that long before."""
+    import subprocess
+    import sys
+    import time
+
+    from autograder.runner import launchers
+
+    def lingering(argv, request):
+        return subprocess.Popen(
+            [sys.executable, "-c", LINGERING_CHILD, str(linger)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, cwd=os.path.dirname(os.path.dirname(__file__)), start_new_session=True,
+        )  # fmt: skip
+
+    monkeypatch.setattr(launchers, "spawn", lingering)
+    sandbox = Sandbox(LIMITS, 0, (), resolve("basic", "spawn")).start()
+    try:
+        started = time.monotonic()
+        outcome = sandbox.run(nbformat.v4.new_notebook(cells=[new_code_cell("1")]))
+        ran = time.monotonic() - started
+        assert outcome.status == "finished", outcome.detail
+        assert outcome.capture == {"cases.jsonl": b"{}\n"} and outcome.summary["cells"][0]["status"] == "ok"
+        assert ran < 3.0, ran  # not held until the child ended on its own
+    finally:
+        sandbox.cleanup()
+    assert sandbox.process.poll() is not None  # ended (killed) before cleanup returned

@@ -19,7 +19,6 @@ have named: it parses this frame, bounded in size, and keeps what it accepts in 
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -193,14 +192,15 @@ class ChildReport:
 
     def capture(self) -> dict[str, bytes]:
         """The captured files as ``{name: bytes}``, held in memory (where verify reads them and from which a
-        run is kept). ``.npy`` files are checked to load without pickle; what does not is left out."""
-        import numpy as np
+        run is kept). ``.npy`` files are checked to load without pickle (as ``np.load`` reads them); what does
+        not is left out."""
+        from dlcourse.grading import npy_array
 
         held = {}
         for name, data in self.files:
             if name.endswith(".npy"):
                 try:
-                    np.load(io.BytesIO(data), allow_pickle=False)
+                    npy_array(data)
                 except Exception as err:
                     self.problems.append(f"{name}: unreadable data ({type(err).__name__})")
                     continue
@@ -231,7 +231,9 @@ class ReportReader:
         self.data: bytes | None = None
         self.broken = ""
 
-    def feed_from(self, stream, on_ready) -> None:
+    def feed_from(self, stream, on_ready, on_report=None) -> None:
+        """Read ``stream`` to its end; ``on_ready()`` at the READY line, ``on_report()`` once a whole report
+        frame has come (the driver's last act: the run is over, though its processes may still be ending)."""
         try:
             while True:
                 line = stream.readline(64 * 1024)
@@ -241,6 +243,8 @@ class ReportReader:
                     on_ready()
                 elif line.startswith(REPORT_TAG + b" ") and self.header is None:
                     self._read_frame(stream, line)
+                    if self.header is not None and on_report is not None:
+                        on_report()
                 elif len(self.log) < 200:
                     self.log.append(line.decode("utf-8", errors="replace").rstrip()[:500])
         except (OSError, ValueError):  # closed by cleanup()

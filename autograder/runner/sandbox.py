@@ -157,6 +157,7 @@ class Sandbox:
         self.process: subprocess.Popen | None = None
         self._killed = False
         self._ready = threading.Event()
+        self._over = threading.Event()  # the child's report came whole, or its output ended
         self._reader_state = ReportReader(READY.encode())
         self._log = self._reader_state.log
 
@@ -233,7 +234,10 @@ class Sandbox:
 
     def _read_output(self) -> None:
         assert self.process and self.process.stdout
-        self._reader_state.feed_from(self.process.stdout, self._ready.set)
+        try:
+            self._reader_state.feed_from(self.process.stdout, self._ready.set, self._over.set)
+        finally:
+            self._over.set()
 
     def wait_ready(self, timeout: float = 120) -> bool:
         deadline = time.monotonic() + timeout
@@ -267,14 +271,18 @@ class Sandbox:
         except OSError:
             pass
         watchdog = Watchdog(self.process, self.limits, self.forked, self.uid, folders)
-        status = watchdog.watch(start)
+        status = watchdog.watch(start, self._over)
         seconds = time.monotonic() - start
         if status != "finished":
             # Stop the kernel and all it started, not the driver: the driver sees its kernel die and sends
             # the report of what ran before (what the checks captured so far), then ends.
             watchdog.stop_kernel()
-        self.kill()
-        if getattr(self.process, "lost", False):
+        # The driver's report is its last act (it has stopped the kernel): with it whole, the run is over.
+        # Its processes are killed now, and end (the kernel's memory torn down, 20 to 30 ms) while the grader
+        # decides the points; cleanup() waits for them. Without one, they are dead before anything is read.
+        reported = status == "finished" and self._reader_state.header is not None
+        self.kill(wait=not reported)
+        if not reported and getattr(self.process, "lost", False):
             why = "the warm parent that forked this run died (the grader's failure)"
             return Outcome("error", seconds, {}, detail=self._tail(why))
         return self._outcome(status, seconds, watchdog)
@@ -283,9 +291,10 @@ class Sandbox:
         """What came back of a run that ended (``status`` as the watchdog saw it): the child's report on its
         pipe, or none (then the student's run crashed, never a grader error)."""
         reader = getattr(self, "_reader", None)
-        if reader is not None:  # every process holding the pipe is dead: its end comes at once
+        whole = self._reader_state.header is not None  # (read before the report: no later frame replaces it)
+        if reader is not None and not whole:  # every process holding the pipe is dead: its end comes at once
             reader.join(timeout=10)
-        report = None if reader is None or reader.is_alive() else self._reader_state.report()
+        report = None if reader is None or (reader.is_alive() and not whole) else self._reader_state.report()
         detail = self._tail("")
         if report is None:
             # no report: the run ended before the driver could send one (killed, crashed, or the student's
@@ -310,12 +319,13 @@ class Sandbox:
     def _tail(self, prefix: str) -> str:
         return (prefix + "\n" if prefix else "") + "\n".join(self._log[-20:])
 
-    def kill(self) -> None:
-        """Kill the child and everything it started (its session, its PID namespace, its user id). Done once
-        the child has ended: every process of the user id has had its SIGKILL by then, and a process with
-        one pending starts no other, so a second sweep would find nothing to kill."""
+    def kill(self, wait: bool = True) -> None:
+        """Kill the child and everything it started (its session, its PID namespace, its user id), and wait
+        (``wait``) for it to end. Done once the child has ended: every process of the user id has had its
+        SIGKILL by then, and a process with one pending starts no other, so a second sweep would find
+        nothing to kill."""
         if self.process is not None and not self._killed:
-            kill_child(self.process, self.forked, None if contained(self.isolation) else self.uid)
+            kill_child(self.process, self.forked, None if contained(self.isolation) else self.uid, wait)
             self._killed = self.process.poll() is not None
 
     def cleanup(self) -> None:
@@ -366,9 +376,9 @@ def contained(isolation: Isolation) -> bool:
     return isolation.namespaces and isolation.mode != "bubblewrap"
 
 
-def kill_child(process: subprocess.Popen, forked: bool, uid: int | None) -> None:
+def kill_child(process: subprocess.Popen, forked: bool, uid: int | None, wait: bool = True) -> None:
     """Kill a child and everything it started (its session, its PID namespace, and every process of ``uid``
-    where it is given)."""
+    where it is given); wait up to 10 s for the child to end (``wait``)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -381,7 +391,8 @@ def kill_child(process: subprocess.Popen, forked: bool, uid: int | None) -> None
     if uid is not None:
         kill_all_of_uid(uid)
     try:
-        process.wait(timeout=10)
+        if wait:
+            process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 
 import psutil
@@ -27,10 +28,11 @@ class Watchdog:
         except psutil.NoSuchProcess:
             self.root = None
 
-    def watch(self, start: float) -> str:
-        """Wait for the child; say why it must stop past the wall-clock, memory or process limit."""
+    def watch(self, start: float, over: threading.Event | None = None) -> str:
+        """Wait for the child, or for ``over`` (its report came whole, or its output ended); say why it must
+        stop past the wall-clock, memory or process limit."""
         while True:
-            if self.process.poll() is not None:
+            if self.process.poll() is not None or (over is not None and over.is_set()):
                 return "finished"
             if time.monotonic() - start > self.limits.timeout:
                 return "timeout"
@@ -41,7 +43,10 @@ class Watchdog:
                     return "processes"
                 if rss > self.limits.memory_mb * 2**20 * 1.5:
                     return "memory"
-            try:  # the next sample in 0.2 s, unless the child ends first
+            if over is not None:  # the next sample in 0.2 s, unless the run ends first
+                over.wait(0.2)
+                continue
+            try:
                 self.process.wait(timeout=0.2)
             except subprocess.TimeoutExpired:
                 pass
