@@ -756,3 +756,35 @@ def test_a_run_whose_report_came_whole_is_decided_while_its_processes_end_and_cl
     finally:
         sandbox.cleanup()
     assert sandbox.process.poll() is not None  # ended (killed) before cleanup returned
+
+
+def _huge_pages_possible() -> bool:
+    """Transparent huge pages on request (the kernel's mode is not "never") and a glibc that asks (2.35+)."""
+    import platform
+
+    try:
+        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+    libc, version = platform.libc_ver()
+    return "[never]" not in mode and libc == "glibc" and tuple(map(int, version.split(".")[:2])) >= (2, 35)
+
+
+def test_the_warm_parents_heap_is_in_huge_pages_and_its_kernels_environment_stays_the_submissions():
+    """The warm parent's malloc asks for huge pages (so each of a run's forks copies far fewer page-table
+    entries); the variable that asks is the parent's own: a kernel's environment is the submission's."""
+    code = "import os\nprint(sorted(k for k in os.environ if k.startswith('GLIBC')))"
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell(code)])
+    outcome = run_in_sandbox(nb, ("numpy",), resolve("auto"))
+    assert outcome.status == "finished", outcome.detail
+    assert outcome.summary["cells"][0]["output"].strip() == "[]"
+    (pid,) = [
+        pid for (warm, slot, *_), pid in forkserver.warm_parents().items() if warm == ("numpy",) and slot == 0
+    ]
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert f"GLIBC_TUNABLES={forkserver.HUGE_PAGE_MALLOC}".encode() in environ
+    if _huge_pages_possible():
+        rollup = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+        )
+        assert int(rollup["AnonHugePages"].split()[0]) > 0, rollup["AnonHugePages"]
