@@ -753,9 +753,13 @@ def test_a_run_whose_report_came_whole_is_decided_while_its_processes_end_and_cl
         assert outcome.status == "finished", outcome.detail
         assert outcome.capture == {"cases.jsonl": b"{}\n"} and outcome.summary["cells"][0]["status"] == "ok"
         assert ran < 3.0, ran  # not held until the child ended on its own
+        sandbox.process.wait(timeout=10)  # it had its signals and ended: its id may be another's by now
+        signalled = []
+        monkeypatch.setattr(os, "killpg", lambda *args: signalled.append(args))
     finally:
         sandbox.cleanup()
     assert sandbox.process.poll() is not None  # ended (killed) before cleanup returned
+    assert signalled == []  # cleanup sent nothing more to the ended child's process group
 
 
 def _huge_pages_possible() -> bool:

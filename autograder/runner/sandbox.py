@@ -156,6 +156,7 @@ class Sandbox:
         self.uid, self._uid_lock = allocate_uid() if os.geteuid() == 0 else (None, None)
         self.process: subprocess.Popen | None = None
         self._killed = False
+        self._signalled = False  # kill() has sent its signals (the child may still be ending)
         self._ready = threading.Event()
         self._over = threading.Event()  # the child's report came whole, or its output ended
         self._reader_state = ReportReader(READY.encode())
@@ -195,12 +196,6 @@ class Sandbox:
     def command(self, probe: bool = False) -> list[str]:
         """A spawned child's program (see :mod:`autograder.runner.launchers`)."""
         return launchers.command(self.request(probe), self.isolation, self.visibility)
-
-    def hidden(self) -> list[str]:
-        return self.visibility.hidden()
-
-    def revealed(self) -> list[str]:
-        return self.visibility.revealed()
 
     def probe(self) -> dict:
         """Start the child exactly as a submission's, up to the point where the kernel would start;
@@ -324,27 +319,37 @@ class Sandbox:
         (``wait``) for it to end. Done once the child has ended: every process of the user id has had its
         SIGKILL by then, and a process with one pending starts no other, so a second sweep would find
         nothing to kill."""
-        if self.process is not None and not self._killed:
-            kill_child(self.process, self.forked, None if contained(self.isolation) else self.uid, wait)
-            self._killed = self.process.poll() is not None
+        if self.process is None or self._killed:
+            return
+        if self._signalled and self.process.poll() is not None:
+            self._killed = True  # it had its signals and has ended: its process id may be another's by now
+            return
+        kill_child(self.process, self.forked, None if contained(self.isolation) else self.uid, wait)
+        self._signalled = True
+        self._killed = self.process.poll() is not None
 
     def cleanup(self) -> None:
         self.kill()
         if self.process is not None:  # a long batch must not run out of file descriptors
-            streams = [self.process.stdin]
-            reader = getattr(self, "_reader", None)
-            if reader is not None:  # closing under a blocked reader would wait for it: only once it ended
-                reader.join(timeout=2)
-                streams += [] if reader.is_alive() else [self.process.stdout]
-            for stream in streams:
-                try:
-                    stream.close()
-                except (OSError, ValueError, AttributeError):
-                    pass
+            close_streams(self.process, getattr(self, "_reader", None))
         shutil.rmtree(self.scratch, ignore_errors=True)
         if self._uid_lock is not None:
             os.close(self._uid_lock)  # frees the uid (its processes are dead: kill() above)
             self.uid = self._uid_lock = None
+
+
+def close_streams(process, reader: threading.Thread | None) -> None:
+    """Close a child's pipes; its output only once the thread reading it has ended (closing under a blocked
+    reader would wait for it)."""
+    streams = [process.stdin]
+    if reader is not None:
+        reader.join(timeout=2)
+        streams += [] if reader.is_alive() else [process.stdout]
+    for stream in streams:
+        try:
+            stream.close()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def stage_input(given: Path, notebook: nbformat.NotebookNode, files: Path | None) -> Path:
