@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -210,10 +211,10 @@ def npy_array(data: bytes) -> np.ndarray:
         if dtype.hasobject or dtype.itemsize == 0:  # refused, or an empty kind: numpy's own answer
             return np.load(io.BytesIO(data), allow_pickle=False)
         parsed = (tuple(shape), bool(fortran), dtype)
-        if len(_HEADERS) < 4096:
+        if len(_HEADERS) < 4096 and len(header) <= 512:  # bounded: a capture's headers are the student's
             _HEADERS[header] = parsed
     shape, fortran, dtype = parsed
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python's integers: a forged shape cannot wrap around to a small count
     if len(data) - end < count * dtype.itemsize:
         raise ValueError("the array's data is shorter than its header says")
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=end)

@@ -189,3 +189,17 @@ def test_a_captured_object_array_is_refused_unread(monkeypatch):
     monkeypatch.setattr(pickle, "load", lambda *a, **k: pytest.fail("unpickled"))
     with pytest.raises(ValueError, match="allow_pickle"):
         grading.npy_array(buffer.getvalue())
+
+
+def test_a_captured_array_whose_header_claims_more_than_it_holds_is_refused():
+    """A forged header (a shape whose size wraps around 64 bits, or more elements than the bytes hold) is
+    refused with an error, never read as a small or empty array."""
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros(3), allow_pickle=False)
+    data = buffer.getvalue()
+    for shape in ("(4,)", "(4294967296, 4294967296)", "(18446744073709551616,)"):
+        forged = data.replace(b"(3,)", shape.encode()).replace(b" " * (len(shape) - 4), b"", 1)
+        with pytest.raises((ValueError, OverflowError)):
+            grading.npy_array(forged)
