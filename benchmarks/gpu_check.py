@@ -107,8 +107,18 @@ def grade_perfect_sample(aid: str) -> tuple[bool, str]:
             return False, f"no grades (exit {done.returncode}): {' | '.join(tail)}"
         with open(grades, newline="") as fh:
             row = next(r for r in csv.DictReader(fh) if r["student_id"] == "perfect")
-    score, maximum = float(row["score"]), float(row["max_score"])
+    return judged(row)
+
+
+def judged(row: dict[str, str]) -> tuple[bool, str]:
+    """A perfect sample passes with every autograded point: its written answers await an instructor's
+    manual grading (so its ``score`` is below ``max_score``), and nothing on a GPU changes them."""
+    written = bool(row.get("written_max"))
+    points, top = ("autograded_score", "autograded_max") if written else ("score", "max_score")
+    score, maximum = float(row[points]), float(row[top])
     detail = f"{score:g}/{maximum:g} ({row['status']}{': ' + row['reason'] if score < maximum else ''})"
+    if written:
+        detail = f"autograded {detail}; {row.get('manual_grading') or 'written answers graded'}"
     return score == maximum, detail
 
 

@@ -85,3 +85,19 @@ def test_grading_a_perfect_sample_reads_its_row_of_the_grades(monkeypatch, tmp_p
     passed, detail = gpu_check.grade_perfect_sample("A7")
     assert commands[0][1:5] == ["-m", "autograder", "run", "A7"]
     assert not passed and detail == "90/100 (graded: a7.sdpa.cuda_problems failed)"
+
+
+def test_a_perfect_sample_passes_on_its_autograded_points_while_its_written_answers_await_grading():
+    """A3, A5 and A7 have written answers: their perfect samples score 100 of 106 or 110 until an instructor
+    grades them, and the check judges the autograded points (it failed all three on a GPU before)."""
+    row = {
+        "student_id": "perfect", "score": "100", "max_score": "110", "status": "graded", "reason": "",
+        "autograded_score": "100", "autograded_max": "100", "written_score": "0", "written_max": "10",
+        "manual_grading": "awaiting manual grading: a7.q1 (10 points)",
+    }  # fmt: skip
+    passed, detail = gpu_check.judged(row)
+    assert passed and detail.startswith("autograded 100/100 (graded)"), detail
+    passed, detail = gpu_check.judged(
+        {**row, "autograded_score": "95", "reason": "a7.sdpa.cuda_problems failed"}
+    )
+    assert not passed and "95/100" in detail and "cuda_problems" in detail

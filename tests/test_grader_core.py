@@ -429,3 +429,25 @@ def test_a_results_dict_is_what_asdict_makes_and_a_copy_of_it():
     data["inputs"]["cell"] = "other"
     assert result.notes == ["repaired"] and result.cells[0].groups[0].points == 1.0
     assert result.timings["child_odd"] == {"nested": [1, 2]} and result.inputs == {"cell": "digest"}
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_runs_memory_is_capped_by_address_space_except_where_cuda_needs_more(monkeypatch, gpu):
+    """CUDA reserves address space far beyond any cap of real memory (under a 4096 MB RLIMIT_AS, on an H200,
+    kernels died at start): where an NVIDIA GPU's device nodes are, the data segment is capped instead."""
+    import resource
+
+    from autograder.runner import child
+
+    monkeypatch.setattr(child, "nvidia_gpu_here", lambda: gpu)
+    pid = os.fork()
+    if pid == 0:  # (the limits are the process's own: set and read them in a child)
+        try:
+            child.drop_privileges(None, None, 1024)
+            limits = resource.getrlimit(resource.RLIMIT_AS), resource.getrlimit(resource.RLIMIT_DATA)
+            capped = [lim == (2**30, 2**30) for lim in limits]
+            os._exit({(True, False): 10, (False, True): 11}.get(tuple(capped), 12))
+        except BaseException:
+            os._exit(13)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == (11 if gpu else 10)

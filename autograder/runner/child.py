@@ -30,6 +30,7 @@ from autograder.runner.linux import (
     PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
+    nvidia_gpu_here,
 )
 
 READY = "DLCOURSE-CHILD-READY"
@@ -40,6 +41,17 @@ def _libc():
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
+
+
+def memory_rlimit() -> int:
+    """The limit that caps a run's memory: its address space (RLIMIT_AS), except on a machine with an NVIDIA
+    GPU's device nodes, where it is the data segment (RLIMIT_DATA: private writable memory, what arrays and
+    tensors take). There, torch's CUDA build maps gigabytes of libraries and CUDA reserves address space far
+    beyond any cap of the real memory: under a 4096 MB RLIMIT_AS, on an H200 with torch 2.11+cu130, A3's
+    kernel died before it started and A5's and A7's solutions failed in oneDNN ("could not create a
+    primitive"). What the data segment does not count (shared memory, tmpfs files) the watchdog's samples do
+    (:mod:`autograder.runner.watchdog`), there as everywhere."""
+    return resource.RLIMIT_DATA if nvidia_gpu_here() else resource.RLIMIT_AS
 
 
 def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None, driver: bool = False) -> None:
@@ -63,7 +75,7 @@ def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None, d
         os.setuid(uid)
     if memory_mb:
         limit = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(memory_rlimit(), (limit, limit))
     if nproc:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -55,6 +55,7 @@ from autograder.runner.linux import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
+    nvidia_gpu_here,
 )
 from autograder.runner.protocol import ChildRequest
 
@@ -480,7 +481,7 @@ def sees_a_cuda_device() -> bool:
     """A CUDA build of torch on a machine with an NVIDIA GPU's device node (asked without starting CUDA)."""
     import torch
 
-    return torch.version.cuda is not None and any(Path("/dev").glob("nvidia[0-9]*"))
+    return torch.version.cuda is not None and nvidia_gpu_here()
 
 
 def warm_up(warm: list[str], headers: str | None) -> list[str]:

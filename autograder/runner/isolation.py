@@ -43,7 +43,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.runner.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER
+from autograder.runner.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, nvidia_gpu_here
 
 MODES = ("auto", "bubblewrap", "basic")
 RUNNERS = ("auto", "fork", "spawn")
@@ -97,7 +97,14 @@ class Isolation:
         parts.append(
             "a separate unprivileged user per submission" if self.separate_uid else "same user as the grader"
         )
-        parts.append("rlimits (memory, processes, file size), wall-clock and per-cell timeouts")
+        parts.append(
+            "rlimits (memory, processes, file size), wall-clock and per-cell timeouts"
+            + (
+                " (memory: the data segment, as CUDA needs address space beyond any cap)"
+                if nvidia_gpu_here()
+                else ""
+            )
+        )
         if self.runner == "fork":
             parts.append("kernels forked from a warm parent")
         return "; ".join(parts)

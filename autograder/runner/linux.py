@@ -1,7 +1,9 @@
 """The Linux numbers the sandbox passes to the kernel (``unshare`` flags, ``prctl`` options), named once; and the
 grader process's one rule about ``fork``."""
 
+import os
 import threading
+from pathlib import Path
 
 # The grader forks (a child's preexec_fn, killing a sandbox user's processes) in worker threads while other
 # worker threads may be inside numpy's BLAS (a recorded model evaluated outside the kernel). OpenBLAS shuts
@@ -26,3 +28,8 @@ PR_SET_CHILD_SUBREAPER = 36  # orphans are re-parented here, not to the host's i
 PR_SET_NO_NEW_PRIVS = 38  # execve never grants privileges (setuid, file capabilities)
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
+
+
+def nvidia_gpu_here() -> bool:
+    """Whether this machine has an NVIDIA GPU's device nodes (asked without loading anything)."""
+    return os.path.exists("/dev/nvidiactl") or any(Path("/dev").glob("nvidia[0-9]*"))
