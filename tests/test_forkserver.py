@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import nbformat
@@ -166,7 +167,7 @@ def test_a_warm_parent_that_dies_is_the_graders_failure_and_is_replaced():
     try:
         assert sandbox.wait_ready(60)
         server = forkserver.server_for(("numpy",), 42)
-        server.process.kill()
+        os.kill(server.process.pid, signal.SIGKILL)
         outcome = sandbox.run(nb)
     finally:
         sandbox.cleanup()
@@ -175,6 +176,48 @@ def test_a_warm_parent_that_dies_is_the_graders_failure_and_is_replaced():
         nbformat.v4.new_notebook(cells=[new_code_cell("1 + 1")]), ("numpy",), isolation, slot=42
     )
     assert again.status == "finished" and forkserver.server_for(("numpy",), 42) is not server
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_second_workers_warm_parent_is_a_twin_of_the_first_and_outlives_it():
+    """Slot 0's parent imports; the others are forked from it once it is ready (no imports of their own),
+    each in a session of its own, so that stopping or losing the first takes neither a twin nor its runs."""
+    isolation = forked_isolation()
+    first = forkserver.server_for(("numpy",), 0)
+    twin = forkserver.server_for(("numpy",), 43)
+    assert twin.info["twin"] and twin.info["imports"] == 0 and "numpy" in twin.info["modules"]
+    assert psutil.Process(twin.process.pid).ppid() == first.process.pid
+    assert os.getsid(twin.process.pid) == twin.process.pid != os.getsid(first.process.pid)
+    assert psutil.Process(twin.process.pid).num_threads() == 1
+    code = "import os, sys\nprint(os.getppid() > 0, 'numpy' in sys.modules, 'np' in dir())"
+    nb = nbformat.v4.new_notebook(cells=[new_code_cell(code)])
+    outcome = run_in_sandbox(nb, ("numpy",), isolation, slot=43)
+    assert outcome.status == "finished" and outcome.summary["cells"][0]["output"].strip() == "True True False"
+    first.stop()  # (as when the first parent dies: its whole session goes)
+    assert twin.process.poll() is None and not twin.dead
+    again = run_in_sandbox(nb, ("numpy",), isolation, slot=43)
+    assert again.status == "finished", again.detail
+    assert forkserver.server_for(("numpy",), 43) is twin
+    twin.stop()
+    assert twin.process.poll() is not None and gone(twin.process.pid)  # (an orphan now: init reaps it)
+    replaced = forkserver.server_for(("numpy",), 43)  # a dead twin is replaced by a twin of the new first
+    assert replaced is not twin and replaced.info["twin"]
+    assert psutil.Process(replaced.process.pid).ppid() == forkserver.server_for(("numpy",), 0).process.pid
+
+
+def test_a_parent_refuses_a_clone_request_without_its_socket():
+    """A malformed request gets an error answer, not a fork (nor a parent stuck serving nothing)."""
+    server = forkserver.server_for(("numpy",), 0)
+    before = psutil.Process(server.process.pid).children()  # (twins made for other slots)
+    with pytest.raises(RuntimeError, match="could not fork: ValueError: 0 descriptors"):
+        server._ask(forkserver.CLONE, [])
+    assert server.process.poll() is None and psutil.Process(server.process.pid).children() == before
 
 
 @pytest.mark.parametrize(
@@ -264,6 +307,9 @@ def test_warm_parents_of_different_slots_start_at_the_same_time(monkeypatch):
             started.set()
             time.sleep(3)
             return self
+
+        def twin(self):  # (slot 1's parent is slot 0's twin: the fork must not hold up slot 0 either)
+            return self.start()
 
         def stop(self):
             pass

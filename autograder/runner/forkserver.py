@@ -23,7 +23,9 @@ its own; its namespace ends with it.
 
 Protocol (a SOCK_SEQPACKET socket pair, one JSON message per packet): the parent announces itself with
 ``{"ready": ...}``; the grader sends a request with two descriptors (the child's stdin and stdout); the
-parent answers ``{"pid": N}`` and later ``{"exit": N, "code": C}``.
+parent answers ``{"pid": N}`` and later ``{"exit": N, "code": C}``. A second worker's parent is the first one's
+*twin*: the grader sends ``{"clone": true}`` with one end of a new socket pair, and the parent forks a copy of
+itself that serves that socket as a parent of its own (its session, its children), ready at once.
 """
 
 from __future__ import annotations
@@ -110,6 +112,29 @@ class ForkedProcess:
 HUGE_PAGE_MALLOC = "glibc.malloc.hugetlb=1"
 
 
+class TwinProcess:
+    """A twin parent (:meth:`ForkServer.twin`) as the grader sees it: the first parent's child, not the
+    grader's, so watched through a pidfd, with the part of ``subprocess.Popen``'s interface a parent needs.
+    Its exit status goes to the first parent; an ended twin's return code here is -SIGKILL."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode, self.stdout = pid, None, None
+        self._fd = os.pidfd_open(pid)
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.returncode is None else self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is None:
+            if not select.select([self._fd], [], [], timeout)[0]:
+                if timeout == 0:
+                    return None
+                raise subprocess.TimeoutExpired("twin parent", timeout)
+            self.returncode = -signal.SIGKILL
+            os.close(self._fd)
+        return self.returncode
+
+
 class ForkServer:
     """One warm parent: ``ForkServer(warm, env).start()``, then ``spawn(request)`` per submission."""
 
@@ -147,19 +172,47 @@ class ForkServer:
         # (no death signal: it would come when the *thread* that started it ends; the parent ends instead
         # when its socket closes, which happens when this process ends, however it ends)
         theirs.close()
+        self._greeted(mine, timeout)
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def twin(self, timeout: float = 60) -> ForkServer:
+        """Another warm parent, forked from this one: the same imports and warm-up, made once and shared
+        copy-on-write, where a second start would spend its seconds of CPU again (3.5 to 4.7 s with A1's
+        imports, while the first students' runs wait for the cores). The twin serves a socket of its own,
+        leads its own session and forks its own children; like any parent it ends when its socket closes.
+        As this parent's child, its end is reported here (:attr:`process`); it outlives this parent."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = self._ask(CLONE, [theirs.fileno()])
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        twin = ForkServer(self.warm)
+        try:
+            twin.process = TwinProcess(pid)
+        except OSError:  # no pidfd (Linux before 5.3): the caller starts a parent of its own instead
+            os.kill(pid, signal.SIGKILL)
+            mine.close()
+            raise
+        twin._greeted(mine, timeout)
+        return twin
+
+    def _greeted(self, mine: socket.socket, timeout: float) -> None:
+        """Wait for the parent's announcement on ``mine``, then listen to it."""
         self._sock = mine
         readable, _, _ = select.select([mine], [], [], timeout)
         first = _receive(mine) if readable else None
         if not first or not first.get("ready"):
             output = ""
-            if self.process.poll() is not None and self.process.stdout:
+            if isinstance(self.process, subprocess.Popen) and self.process.poll() is not None:
                 output = self.process.stdout.read()[-1500:]
             self.stop()
             raise RuntimeError(f"the warm parent did not start: {first or 'no answer'} {output}".strip())
         self.info = first
         threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._drain, daemon=True).start()
-        return self
 
     def _drain(self) -> None:  # the parent's own output (import warnings): read so it never blocks
         for _ in self.process.stdout:
@@ -193,26 +246,8 @@ class ForkServer:
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
         try:
-            with self._lock:
-                if self.dead:
-                    raise RuntimeError("the warm parent is gone")
-                payload = request.to_json().encode()
-                socket.send_fds(self._sock, [payload], [child_in, child_out])
-                with self._replied:
-                    if not self._replied.wait_for(lambda: self._replies or self.dead, timeout=60):
-                        raise RuntimeError("the warm parent did not answer")
-                    if not self._replies:
-                        raise RuntimeError("the warm parent is gone")
-                    reply = self._replies.pop(0)
-                    if "error" in reply:
-                        raise RuntimeError(f"the warm parent could not fork: {reply['error']}")
-                    pid = reply["pid"]
-                    child = ForkedProcess(pid, os.fdopen(to_child, "wb"), os.fdopen(from_child, "rb"), self)
-                    if pid in self._early_exits:
-                        child._exited(self._early_exits.pop(pid))
-                    else:
-                        self._children[pid] = child
-                    return child
+            pid = self._ask(request.to_json().encode(), [child_in, child_out])
+            return self._adopt(pid, os.fdopen(to_child, "wb"), os.fdopen(from_child, "rb"))
         except BaseException:
             for fd in (to_child, from_child):
                 try:
@@ -224,13 +259,46 @@ class ForkServer:
             os.close(child_in)
             os.close(child_out)
 
+    def _ask(self, payload: bytes, fds: list[int]) -> int:
+        """Send one request with ``fds``; the process id of what the parent forked for it."""
+        with self._lock:
+            if self.dead:
+                raise RuntimeError("the warm parent is gone")
+            socket.send_fds(self._sock, [payload], fds)
+            with self._replied:
+                if not self._replied.wait_for(lambda: self._replies or self.dead, timeout=60):
+                    raise RuntimeError("the warm parent did not answer")
+                if not self._replies:
+                    raise RuntimeError("the warm parent is gone")
+                reply = self._replies.pop(0)
+        if "error" in reply:
+            raise RuntimeError(f"the warm parent could not fork: {reply['error']}")
+        return reply["pid"]
+
+    def _adopt(self, pid: int, stdin, stdout) -> ForkedProcess:
+        """The grader's handle on child ``pid``, whose end this parent reports (perhaps already has)."""
+        child = ForkedProcess(pid, stdin, stdout, self)
+        with self._replied:
+            if pid in self._early_exits:
+                child._exited(self._early_exits.pop(pid))
+            elif self.dead:
+                child._exited(-signal.SIGKILL, lost=True)
+            else:
+                self._children[pid] = child
+        return child
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            for kill in (os.killpg, os.kill):  # (a twin leads its session once it has started)
+                try:
+                    kill(self.process.pid, signal.SIGKILL)
+                    break
+                except (ProcessLookupError, PermissionError):
+                    pass
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.process.kill()
-            self.process.wait()
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:  # a twin whose parent no longer reports
+                pass
         if self._sock is not None:
             self._sock.close()
         shutil.rmtree(getattr(self, "home", ""), ignore_errors=True)
@@ -254,6 +322,7 @@ _SERVERS_LOCK = threading.Lock()  # guards the two dicts; each parent starts und
 _STARTING: dict[tuple, threading.Lock] = {}
 _HEADER_FOLDER: list[Path] = []  # this process's, made on first use
 
+CLONE = b'{"clone": true}'  # the request for a twin (ForkServer.twin), with the twin's socket
 COMPILES = "torch._inductor.compile_fx"  # a warm set with it: the assignment compiles (torch.compile)
 
 
@@ -271,8 +340,9 @@ def header_folder() -> Path:
 
 def server_for(warm: tuple[str, ...], slot: int) -> ForkServer:
     """The warm parent of grading worker ``slot`` in this process (a Dask worker process has its own),
-    started on first use and kept until the process ends; a dead one is replaced. Parents of different
-    slots start at the same time (a start takes seconds of imports)."""
+    started on first use and kept until the process ends; a dead one is replaced. The parent of slot 0
+    starts (seconds of imports); the others are its twins (:meth:`ForkServer.twin`), forked once it is
+    ready, or started as it was where it cannot fork one."""
     key = (tuple(warm), slot, sys.executable)  # (the sandbox shows the kernels this interpreter's folders)
     with _SERVERS_LOCK:
         starting = _STARTING.setdefault(key, threading.Lock())
@@ -282,10 +352,19 @@ def server_for(warm: tuple[str, ...], slot: int) -> ForkServer:
         if server is None or server.dead or server.process.poll() is not None:
             if server is not None:
                 server.stop()
-            server = ForkServer(tuple(warm)).start()
+            server = _twin_of_first(warm) if slot else None
+            server = server or ForkServer(tuple(warm)).start()
             with _SERVERS_LOCK:
                 _SERVERS[key] = server
         return server
+
+
+def _twin_of_first(warm: tuple[str, ...]) -> ForkServer | None:
+    try:
+        return server_for(warm, 0).twin()
+    except (RuntimeError, OSError) as err:
+        print(f"warm parent: no twin of the first ({err}); starting one of its own", file=sys.stderr)
+        return None
 
 
 def warm_parents() -> dict[tuple, int]:
@@ -544,7 +623,13 @@ def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> N
         _send(sock, {"ready": False, "error": f"the warm parent has {count} threads after its imports"})
         return
     _send(sock, {"ready": True, "pid": os.getpid(), "imports": round(imports, 3), "modules": imported})
+    _serve_requests(sock, imported)
+
+
+def _serve_requests(sock: socket.socket, imported: list[str]) -> None:
+    """Fork a child per request on ``sock`` (a twin for a clone request) until the socket closes."""
     running: set[int] = set()
+    twins: set[int] = set()
     ended = _wake_on_child_exit()
     while True:
         # a child that ends wakes this at once (its SIGCHLD writes to `ended`), a request on the socket too
@@ -559,7 +644,9 @@ def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> N
             if not data:
                 break
             try:
-                request = ChildRequest.from_json(data.decode())
+                request = None if data == CLONE else ChildRequest.from_json(data.decode())
+                if len(fds) != (1 if request is None else 2):
+                    raise ValueError(f"{len(fds)} descriptors came with the request")
                 pid = os.fork()
             except Exception as err:
                 for fd in fds:
@@ -569,6 +656,8 @@ def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> N
             if pid == 0:
                 sock.close()
                 try:
+                    if request is None:
+                        _twin_main(fds[0], imported)
                     child_main(request, *fds)
                 except BaseException:
                     import traceback
@@ -579,13 +668,28 @@ def serve(sock: socket.socket, warm: list[str], headers: str | None = None) -> N
             for fd in fds:
                 os.close(fd)
             running.add(pid)
+            if request is None:
+                twins.add(pid)
             _send(sock, {"pid": pid})
         _reap(sock, running)
-    for pid in running:
+    for pid in running - twins:  # (a twin is not ended with this parent's runs: it ends with its socket)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _twin_main(fd: int, imported: list[str]) -> None:
+    """In a twin, just forked: leave the first parent's session, its SIGCHLD pipe and its children behind,
+    announce itself on its own socket and serve it (never returns)."""
+    signal.set_wakeup_fd(-1)
+    for old in _WAKEUP:
+        os.close(old)
+    os.setsid()  # (the grader stops a parent with its whole session: the first one's is not this one's)
+    sock = socket.socket(fileno=fd)
+    _send(sock, {"ready": True, "pid": os.getpid(), "imports": 0.0, "modules": imported, "twin": True})
+    _serve_requests(sock, imported)
+    os._exit(0)
 
 
 _WAKEUP: list[int] = []  # the warm parent's SIGCHLD pipe (read end, write end); its children close both
