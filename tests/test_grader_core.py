@@ -373,6 +373,9 @@ def test_the_watchdog_looks_again_when_a_process_ends_while_it_looks():
         def memory_info(self):
             raise psutil.NoSuchProcess(self.pid)
 
+        def children(self, recursive=False):
+            raise psutil.NoSuchProcess(self.pid)
+
     class Root(Ended):
         pid = os.getpid()
 
@@ -385,7 +388,63 @@ def test_the_watchdog_looks_again_when_a_process_ends_while_it_looks():
     dog = Watchdog(SimpleNamespace(pid=os.getpid()), Limits(), forked=False, uid=None, folders=("/tmp",))
     dog.root = Root()
     assert dog._driver() is None
-    assert dog.tree_usage() == (2, 1)
+    dog.root = Ended()  # a sample of a tree that has ended: one process (the root's), no memory
+    assert dog.tree_usage() == (1, 0)
+
+
+TREE = """
+import subprocess, sys, threading, time
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+children = [subprocess.Popen(sleep)]
+def from_a_thread():  # (the kernel lists a child under the thread that forked it)
+    children.append(subprocess.Popen(sleep))
+    time.sleep(60)
+threading.Thread(target=from_a_thread, daemon=True).start()
+children.append(subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    "time.sleep(60)"]))
+print("started", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("lists", [True, False])
+def test_the_watchdog_sees_every_process_of_the_tree(monkeypatch, lists):
+    """Children forked from any thread, and grandchildren, as psutil sees them; where the kernel keeps no
+    children lists (CONFIG_PROC_CHILDREN off), psutil's walk of every process is used instead."""
+    import builtins
+    import subprocess
+    import time
+
+    import psutil
+
+    from autograder.runner import watchdog
+
+    if not lists:
+        real_open = builtins.open
+
+        def without_lists(path, *args, **kwargs):
+            if str(path).endswith("/children"):
+                raise FileNotFoundError(path)
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", without_lists)
+    tree = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert tree.stdout.readline().strip() == "started"
+        root = psutil.Process(tree.pid)
+        deadline = time.monotonic() + 10
+        while len(root.children(recursive=True)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)  # (the grandchild starts after its parent)
+        expected = sorted(p.pid for p in root.children(recursive=True))
+        assert len(expected) == 4
+        assert sorted(watchdog.descendants(root)) == expected
+        assert watchdog.resident_bytes(tree.pid) == root.memory_info().rss > 0
+    finally:
+        for proc in psutil.Process(tree.pid).children(recursive=True):
+            proc.kill()
+        tree.kill()
+        tree.wait()
 
 
 def test_a_reference_run_that_raises_says_so_instead_of_a_missing_thread_count():
