@@ -65,6 +65,40 @@ def test_bubblewrap_mode_is_refused_where_bubblewrap_is_missing(monkeypatch):
         resolve("docker")
 
 
+@pytest.mark.slow
+def test_under_bubblewrap_a_kernel_gets_the_gpus_device_nodes(monkeypatch):
+    """bubblewrap's /dev holds only the basic nodes; an NVIDIA GPU's are bound in (CUDA opens them), or a GPU
+    machine's kernels would run the graded GPU branches as on a CPU. A node this machine has stands in."""
+    import nbformat
+
+    from autograder.runner import visibility
+    from autograder.runner.sandbox import Limits, Sandbox
+
+    try:
+        bubblewrap = resolve("bubblewrap")
+    except IsolationError as err:
+        pytest.skip(str(err))
+    node = next((n for n in ("/dev/cpu_dma_latency", "/dev/kmsg", "/dev/fuse") if Path(n).exists()), None)
+    if node is None:
+        pytest.skip("no device node outside bubblewrap's basic /dev to stand in for a GPU's")
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(f"import os\nos.path.exists({node!r})")]
+    )
+    seen = []
+    for nodes in ([node], []):
+        monkeypatch.setattr(visibility, "gpu_device_nodes", lambda nodes=nodes: nodes)
+        sandbox = Sandbox(Limits(timeout=120, cell_timeout=60), 0, (), bubblewrap).start()
+        try:
+            outcome = sandbox.run(notebook)
+        finally:
+            sandbox.cleanup()
+        assert outcome.status == "finished", outcome.detail
+        seen.append(outcome.summary["cells"][0]["output"].strip())
+    assert seen == ["True", "False"]
+    monkeypatch.undo()
+    assert visibility.gpu_device_nodes() == sorted(str(n) for n in Path("/dev").glob("nvidia*"))
+
+
 def test_calibration_refuses_a_tolerance_that_thread_noise_uses_up():
     noisy = np.float32(10.0) + np.array([0.0, 2e-4, 0.0], dtype=np.float32)
     base = np.full(3, 10.0, dtype=np.float32)

@@ -85,6 +85,8 @@ def bubblewrap_args(visibility: Visibility, bwrap: str, private: dict[str, int],
         "--dev", "/dev", "--proc", "/proc",
         "--size", str(temp_size), "--tmpfs", "/tmp", "--size", str(temp_size), "--tmpfs", "/dev/shm",
     ]  # fmt: skip
+    for node in gpu_device_nodes():  # (bubblewrap's /dev has none: the GPU would be gone, silently)
+        args += ["--dev-bind-try", node, node]
     for system in SYSTEM_DIRS:
         if Path(system).exists():
             args += ["--ro-bind", system, system]
@@ -102,6 +104,15 @@ def bubblewrap_args(visibility: Visibility, bwrap: str, private: dict[str, int],
     for folder, size in private.items():  # (the submission's own; in its namespace only, gone with it)
         args += ["--perms", "0777", "--size", str(size), "--tmpfs", folder]
     return [*args, "--chdir", str(scratch / "work"), "--"]
+
+
+def gpu_device_nodes() -> list[str]:
+    """An NVIDIA GPU's device nodes (``/dev/nvidia0``, ``nvidiactl``, ``nvidia-uvm``, ... and the folder
+    ``nvidia-caps`` of MIG), as a kernel outside bubblewrap sees them: CUDA opens them, and bubblewrap's own
+    ``/dev`` holds only the basic ones, so without them a GPU machine's kernels would find no device and grade
+    the GPU branches of A3, A5 and A7 as on a CPU. (The namespaces mode keeps the host's ``/dev``: there the
+    kernels used the GPU, checked on an H200; this binding is not yet checked under bubblewrap on a GPU.)"""
+    return sorted(str(node) for node in Path("/dev").glob("nvidia*"))
 
 
 def _enterable_by_others(folder: Path) -> bool:
