@@ -909,27 +909,31 @@ def _kernel(request: ChildRequest) -> None:
     app.start()
 
 
-def _drive(request: ChildRequest, init: int) -> None:
+def _drive(request: ChildRequest, outer: int) -> None:
     """Drive the kernel with nbclient: the same steps, messages and run.json as autograder.runner.child."""
     from autograder.runner.child import READY, make_client, ready_kernel_manager_class, run_notebook
 
     class ForkedKernelManager(ready_kernel_manager_class()):
-        """The kernel this child forked: alive while its init process is; killing it ends its namespace."""
+        """The kernel this child forked: alive while ``outer`` is; killing ``outer`` ends its namespace."""
 
         @property
         def has_kernel(self) -> bool:
             return True
 
         def kernel_pid(self) -> int | None:
-            """The kernel (init's one child), as this driver's /proc numbers it."""
+            """The kernel, as this driver's /proc numbers it: the one child of the namespace's init, which is
+            the one child of ``outer`` (the process this driver forked)."""
+            pid = outer
             try:
-                return int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
+                for _ in ("init", "kernel"):
+                    pid = int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
             except (OSError, ValueError, IndexError):
                 return None
+            return pid
 
         async def _async_is_alive(self) -> bool:
             try:
-                return os.waitpid(init, os.WNOHANG) == (0, 0)
+                return os.waitpid(outer, os.WNOHANG) == (0, 0)
             except ChildProcessError:
                 return False
 
@@ -937,14 +941,14 @@ def _drive(request: ChildRequest, init: int) -> None:
 
         async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
             try:
-                os.kill(init, signal.SIGKILL)
+                os.kill(outer, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
         shutdown_kernel = _async_shutdown_kernel
 
         async def _async_interrupt_kernel(self) -> None:
-            os.kill(init, signal.SIGKILL)
+            os.kill(outer, signal.SIGKILL)
 
         interrupt_kernel = _async_interrupt_kernel
 
