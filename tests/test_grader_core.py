@@ -447,6 +447,61 @@ def test_the_watchdog_sees_every_process_of_the_tree(monkeypatch, lists):
         tree.wait()
 
 
+CHAIN = """
+import os, time
+for _ in range(3):
+    if os.fork():
+        break
+else:
+    print("started", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("lists", [True, False])
+def test_the_watchdog_finds_a_forked_runs_own_processes_without_reading_every_process(monkeypatch, lists):
+    """A forked run's driver, its outer process and init (no student code runs in them) are found from the
+    kernel's children lists; psutil, which reads every process of the machine, only where there are none."""
+    import builtins
+    import subprocess
+
+    import psutil
+
+    from autograder.runner import watchdog
+    from autograder.runner.sandbox import Limits
+
+    real_open = builtins.open
+    if lists:
+
+        def read_everything(self):
+            raise AssertionError("psutil read every process of the machine")
+
+        monkeypatch.setattr(psutil.Process, "children", read_everything)
+    else:
+
+        def without_lists(path, *args, **kwargs):
+            if str(path).endswith("/children"):
+                raise FileNotFoundError(path)
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", without_lists)
+    chain = subprocess.Popen(
+        [sys.executable, "-c", CHAIN], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert chain.stdout.readline().strip() == "started"
+        expected, pid = [chain.pid], chain.pid
+        for _ in range(2):
+            with real_open(f"/proc/{pid}/task/{pid}/children") as fh:
+                pid = int(fh.read().split()[0])
+            expected.append(pid)
+        dog = watchdog.Watchdog(chain, Limits(), forked=True, uid=None)
+        assert dog._runner_pids() == set(expected)
+    finally:
+        os.killpg(chain.pid, 9)  # the whole chain: its own process group
+        chain.wait()
+
+
 def test_a_reference_run_that_raises_says_so_instead_of_a_missing_thread_count():
     from autograder.reference import _run_all
 

@@ -128,13 +128,9 @@ class Watchdog:
         if not self.forked:
             return set()
         if self._runner is None:
-            chain, proc = [self.root.pid], self.root
-            try:
-                while len(chain) < 3 and len(kids := proc.children()) == 1:
-                    proc = kids[0]
-                    chain.append(proc.pid)
-            except psutil.Error:
-                pass
+            chain = [self.root.pid]
+            while len(chain) < 3 and len(below := children(chain[-1])) == 1:
+                chain.append(below[0])
             if len(chain) < 3:
                 return set(chain)  # not all started yet: ask again next time
             self._runner = set(chain)
@@ -151,23 +147,44 @@ def descendants(root: psutil.Process) -> list[int]:
     a class running. Where the kernel has no such lists (built without CONFIG_PROC_CHILDREN): psutil's."""
     found, stack = [], [root.pid]
     while stack:
-        pid = stack.pop()
+        below = _listed_children(stack.pop())
+        if below is None:
+            return _descendants_from_psutil(root)
+        found += below
+        stack += below
+    return found
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` forked, from any of its threads, as :func:`descendants` reads them ([] once it
+    ended); psutil's where the kernel keeps no children lists."""
+    below = _listed_children(pid)
+    if below is None:
         try:
-            threads = os.listdir(f"/proc/{pid}/task")
-        except OSError:  # (ended while it was looked at)
+            return [p.pid for p in psutil.Process(pid).children()]
+        except psutil.Error:
+            return []
+    return below
+
+
+def _listed_children(pid: int) -> list[int] | None:
+    """The kernel's children lists of every thread of ``pid`` ([] once it ended), or None where the kernel
+    keeps none."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # (ended while it was looked at)
+        return []
+    found = []
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                found += [int(child) for child in fh.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # (a thread that ended)
+            return None
+        except OSError:
             continue
-        for tid in threads:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                    below = [int(child) for child in fh.read().split()]
-            except FileNotFoundError:
-                if not os.path.exists(f"/proc/{pid}/task/{tid}"):
-                    continue  # (a thread that ended)
-                return _descendants_from_psutil(root)
-            except OSError:
-                continue
-            found += below
-            stack += below
     return found
 
 
