@@ -532,6 +532,38 @@ def test_where_torch_can_use_a_cuda_gpu_the_warm_parent_leaves_its_compiler_to_t
     assert "left to the kernels (this machine has a CUDA GPU)" in done.stdout
 
 
+KERNEL_START = """
+import json, os, secrets, sys, tempfile
+from autograder.runner import forkserver
+forkserver.warm_up([], None)
+from jupyter_client.connect import write_connection_file
+from ipykernel.kernelapp import IPKernelApp
+folder = tempfile.mkdtemp()
+connection = os.path.join(folder, "kernel.json")
+ports = dict(shell_port=1, iopub_port=2, stdin_port=3, hb_port=4, control_port=5)
+write_connection_file(connection, ip=os.path.join(folder, "k"), transport="ipc", key=secrets.token_hex(8).encode(),
+                      **ports)
+before, out = set(sys.modules), os.dup(1)  # (the kernel takes over standard output as it starts)
+IPKernelApp.instance().initialize(["-f", connection, "--IPKernelApp.parent_handle=1",
+                                   "--HistoryManager.hist_file=:memory:"])
+os.write(out, json.dumps(sorted(set(sys.modules) - before)).encode() + b"\\n")
+os._exit(0)
+"""
+
+
+def test_a_kernel_imports_nothing_as_it_starts_that_its_parent_could_have():
+    """Every module ``IPKernelApp.initialize`` imports (as the forked kernel starts) is one of the parent's."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL_START], capture_output=True, text=True, timeout=120,
+        cwd=os.path.dirname(os.path.dirname(__file__)), env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["faulthandler"]  # (built in: nothing to load)
+
+
 def test_the_kernels_environment_keeps_pyarrows_allocator_from_starting_a_thread(tmp_path):
     """Where pandas and pyarrow are installed (Colab, a GPU host's image), ``import sklearn`` loads pyarrow,
     whose jemalloc started a background thread there, so the warm parent of every assignment that uses

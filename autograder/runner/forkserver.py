@@ -65,10 +65,13 @@ PACKET = 1 << 20
 _libc = ctypes.CDLL(None, use_errno=True)
 
 # Modules the kernel and its driver need, imported once in the parent besides the assignment's own.
-# (what ``IPKernelApp.initialize`` imports, the debugger's debugpy among them, costs 0.4 s a kernel otherwise)
+# (what ``IPKernelApp.initialize`` imports, the debugger's debugpy among them, costs 0.4 s a kernel otherwise;
+# the last five it imports only as it starts: 4 ms of each kernel's CPU)
 KERNEL_MODULES = (
     "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger", "ipykernel.comm",
     "IPython.core.completer", "nbclient", "jupyter_client", "nbformat", "sqlite3", "pdb", "psutil",
+    "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.oinspect", "IPython.extensions.storemagic",
+    "tornado.platform.asyncio",
 )  # fmt: skip
 
 
