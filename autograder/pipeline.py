@@ -214,7 +214,7 @@ def keep_run(target: Path, outcome: Outcome, submission_sha256: str) -> None:
         "detail": outcome.detail,
         "kernel_outputs": outcome.kernel_outputs or {},
     }
-    write_json_atomic(target / "run.json", run)
+    write_json_atomic(target / "run.json", run, durable=False)  # (a run torn by a crash is run again)
 
 
 def kept_outcome(folder: Path, submission_sha256: str | None = None) -> Outcome | None:
@@ -514,9 +514,9 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
     """The notebook as the grader ran it: the cells the grader sent (never text from the run), each code
     cell with the outputs it had when it finished, less any output that shows hidden test text, and
     a cell whose outputs are not valid nbformat shown without them."""
-    import copy
-
-    nb = copy.deepcopy(notebook)
+    # each cell a copy of its own, sharing its source and metadata with ``notebook`` (this changes neither:
+    # :func:`save_executed` copies all of it before it makes the page safe)
+    nb = nbformat.NotebookNode({**notebook, "cells": [nbformat.NotebookNode(cell) for cell in notebook.cells]})
     spelled = []  # every output's text, in order: pieces spread over outputs and cells are read together
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_notebook
 
 from autograder.course import Course, is_solution, nbgrader_meta
 
@@ -362,10 +362,22 @@ def _answer_cell(m: Matching, gid: str, cell: dict) -> list:
     if original.cell_type == "markdown":
         prompt = _prompt_of(m.template.source, m.template.source_ids.index(gid))
         before = [copy.deepcopy(prompt)] if prompt is not None else []
-        return [*before, new_markdown_cell(cell["source"], metadata=copy.deepcopy(original.metadata))]
+        return [*before, _cell("markdown", cell["source"], copy.deepcopy(original.metadata))]
     if cell["type"] != "code":
         m.notes.append(f"the answer cell {gid} had been turned into {cell['type']}; it was run as code")
-    return [new_code_cell(cell["source"], metadata=copy.deepcopy(original.metadata))]
+    return [_cell("code", cell["source"], copy.deepcopy(original.metadata))]
+
+
+def _cell(cell_type: str, source: str, metadata=None) -> nbformat.NotebookNode:
+    """A cell as ``nbformat.v4.new_*_cell`` makes it, but with no id yet (:func:`build_notebook` gives each
+    one) and not validated alone: the notebook is, whole, as it is made (jsonschema's check of each cell
+    alone was most of a repair's time)."""
+    node = nbformat.NotebookNode(
+        cell_type=cell_type, metadata=metadata or nbformat.NotebookNode(), source=source
+    )
+    if cell_type == "code":
+        node.execution_count, node.outputs = None, []
+    return node
 
 
 def build_notebook(m: Matching) -> tuple[nbformat.NotebookNode, dict[str, bool]]:
@@ -388,16 +400,17 @@ def build_notebook(m: Matching) -> tuple[nbformat.NotebookNode, dict[str, bool]]
             stub = _text(m.template.release_by_id.get(gid, {}).get("source", ""))
             answered[gid] = cell["source"].strip() != stub.strip()
         elif index not in m.dropped and cell["type"] == "code":
-            cells.append(new_code_cell(cell["source"]))
+            cells.append(_cell("code", cell["source"]))
         cells.extend(insert_after.get(index, []))
-    nb = new_notebook(cells=cells, metadata=copy.deepcopy(m.template.source.metadata))
     taken = {c.get("id") for c in cells}
-    for index, cell in enumerate(cells):  # a source of nbformat 4.4 or older has no cell ids; 4.5 needs them
+    for index, cell in enumerate(
+        cells
+    ):  # the student's, and a source's of nbformat 4.4 or older (4.5 needs them)
         if not cell.get("id"):
             cell["id"] = next(
                 f"cell-{index}-{n}" for n in range(len(cells) + 1) if f"cell-{index}-{n}" not in taken
             )
-    return nb, answered
+    return new_notebook(cells=cells, metadata=copy.deepcopy(m.template.source.metadata)), answered
 
 
 def rebuild(template: Template, raw: tuple[bytes | None, str | None]) -> Repaired:
