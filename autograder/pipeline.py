@@ -516,7 +516,9 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
     a cell whose outputs are not valid nbformat shown without them."""
     # each cell a copy of its own, sharing its source and metadata with ``notebook`` (this changes neither:
     # :func:`save_executed` copies all of it before it makes the page safe)
-    nb = nbformat.NotebookNode({**notebook, "cells": [nbformat.NotebookNode(cell) for cell in notebook.cells]})
+    nb = nbformat.NotebookNode(
+        {**notebook, "cells": [nbformat.NotebookNode(cell) for cell in notebook.cells]}
+    )
     spelled = []  # every output's text, in order: pieces spread over outputs and cells are read together
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
