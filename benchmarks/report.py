@@ -185,12 +185,15 @@ def grading_section(name: str, run: dict) -> list[str]:
     out += ["### Targets", "", f"({tg['note']}.)", ""]
     out += table(["target", "wanted", "measured", "met", "by how much"], rows)
 
-    memory = [(a["assignment"], a["autograder"]["memory_mb"]) for a in g["assignments"]
-              if a["autograder"].get("memory_mb")]  # fmt: skip
+    memory = [(a["assignment"], worker_memory(a)) for a in g["assignments"] if worker_memory(a)]
     if memory:
-        out += ["### Memory per worker (autograder's main run, peak of samples every 2 s, MB)", "",
-                "Each worker's warm parent and everything forked from it. RSS counts a page shared by N "
-                "processes N times; PSS divides it among them (what the machine spends).", ""]  # fmt: skip
+        out += ["### Memory per worker (peak of samples every 2 s, MB)", "",
+                "Each worker's warm parent and everything forked from it, while the whole class was graded again "
+                "after the main run (the proof kept: the scaling run of all its submissions, or a run of its own); "
+                "runs before 2026-11-27T05 sampled it in the "
+                "main run, whose time then held the sampler's (its PSS reads every process's page tables). RSS counts a "
+                "page shared by N processes N times; PSS divides it among them (what the machine spends).",
+                ""]  # fmt: skip
         rows = [[aid, slot, m.get("parent_rss"), m.get("parent_pss"), m["peak_rss"], m["peak_pss"], m["processes"]]
                 for aid, per in memory for slot, m in per.items()]  # fmt: skip
         out += table(["assignment", "worker", "warm parent RSS", "warm parent PSS", "peak RSS, all",
@@ -330,6 +333,18 @@ def percentile(values: list[float], q: float) -> float | None:
     low = int(at)
     high = min(low + 1, len(values) - 1)
     return values[low] + (values[high] - values[low]) * (at - low)
+
+
+def worker_memory(assignment: dict) -> dict | None:
+    """Each worker's peak memory while the class was graded: from the main run where it was sampled there (runs
+    before 2026-11-27T05), else from the later run of the whole class on the main run's workers (the scaling
+    run of the most submissions, or the memory run where there was no scaling)."""
+    if assignment["autograder"].get("memory_mb"):
+        return assignment["autograder"]["memory_mb"]
+    workers = assignment["autograder"].get("workers")
+    later = [*assignment.get("scaling", []), assignment.get("memory_run") or {}]
+    sized = [e for e in later if e.get("workers") == workers and e.get("memory_mb")]
+    return max(sized, key=lambda e: e["submissions"])["memory_mb"] if sized else None
 
 
 def critical_path(timings: dict, seconds: float) -> float:
