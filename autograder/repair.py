@@ -403,9 +403,8 @@ def build_notebook(m: Matching) -> tuple[nbformat.NotebookNode, dict[str, bool]]
             cells.append(_cell("code", cell["source"]))
         cells.extend(insert_after.get(index, []))
     taken = {c.get("id") for c in cells}
-    for index, cell in enumerate(
-        cells
-    ):  # the student's, and a source's of nbformat 4.4 or older (4.5 needs them)
+    # ids for the student's cells, and a source's of nbformat 4.4 or older (4.5 needs them)
+    for index, cell in enumerate(cells):
         if not cell.get("id"):
             cell["id"] = next(
                 f"cell-{index}-{n}" for n in range(len(cells) + 1) if f"cell-{index}-{n}" not in taken
