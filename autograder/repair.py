@@ -362,16 +362,15 @@ def _answer_cell(m: Matching, gid: str, cell: dict) -> list:
     if original.cell_type == "markdown":
         prompt = _prompt_of(m.template.source, m.template.source_ids.index(gid))
         before = [copy.deepcopy(prompt)] if prompt is not None else []
-        return [*before, _cell("markdown", cell["source"], copy.deepcopy(original.metadata))]
+        return [*before, new_cell("markdown", cell["source"], copy.deepcopy(original.metadata))]
     if cell["type"] != "code":
         m.notes.append(f"the answer cell {gid} had been turned into {cell['type']}; it was run as code")
-    return [_cell("code", cell["source"], copy.deepcopy(original.metadata))]
+    return [new_cell("code", cell["source"], copy.deepcopy(original.metadata))]
 
 
-def _cell(cell_type: str, source: str, metadata=None) -> nbformat.NotebookNode:
-    """A cell as ``nbformat.v4.new_*_cell`` makes it, but with no id yet (:func:`build_notebook` gives each
-    one) and not validated alone: the notebook is, whole, as it is made (jsonschema's check of each cell
-    alone was most of a repair's time)."""
+def new_cell(cell_type: str, source: str, metadata=None) -> nbformat.NotebookNode:
+    """A cell as ``nbformat.v4.new_*_cell`` makes it, but with no id yet and not validated alone: whoever makes
+    one validates the notebook, whole (jsonschema's check of each cell alone was most of a repair's time)."""
     node = nbformat.NotebookNode(
         cell_type=cell_type, metadata=metadata or nbformat.NotebookNode(), source=source
     )
@@ -400,7 +399,7 @@ def build_notebook(m: Matching) -> tuple[nbformat.NotebookNode, dict[str, bool]]
             stub = _text(m.template.release_by_id.get(gid, {}).get("source", ""))
             answered[gid] = cell["source"].strip() != stub.strip()
         elif index not in m.dropped and cell["type"] == "code":
-            cells.append(_cell("code", cell["source"]))
+            cells.append(new_cell("code", cell["source"]))
         cells.extend(insert_after.get(index, []))
     taken = {c.get("id") for c in cells}
     # ids for the student's cells, and a source's of nbformat 4.4 or older (4.5 needs them)

@@ -35,6 +35,8 @@ from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat.v4.nbbase import random_cell_id
 from traitlets import Bool
 
+from autograder.repair import new_cell
+
 # The grader's own HTML pages: no script, no remote resource, no form; inline styles and data: images only.
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 PAGE_CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{PAGE_CSP}">'
@@ -118,12 +120,8 @@ def _output(output_type: str, **fields) -> nbformat.NotebookNode:
 
 def _cell(cell_type: str, source: str, metadata: dict) -> nbformat.NotebookNode:
     """A cell as ``nbformat.v4.new_*_cell`` makes it, without validating it alone (see :func:`_output`)."""
-    node = nbformat.NotebookNode(
-        id=random_cell_id(), cell_type=cell_type, metadata=nbformat.from_dict(metadata),
-        source=source,
-    )  # fmt: skip
-    if cell_type == "code":
-        node.execution_count, node.outputs = None, []
+    node = new_cell(cell_type, source, nbformat.from_dict(metadata))
+    node.id = random_cell_id()
     return node
 
 
