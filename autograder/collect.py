@@ -9,11 +9,14 @@ student chose:
   LMS), else ``<student>.ipynb`` or a folder ``<student>/`` as the instructor's export laid them out. Nothing
   inside a student's folder, and no part of a name a student chose, is read for identity or time. The LMS's own
   user id is kept (in nbgrader's gradebook, ``Student.lms_user_id``, where the Canvas export finds it), and a
-  student keeps the id the gradebook already holds for that LMS id. Ids are normalised (Unicode NFC; letters
-  and digits of any script, ``_ . -``; no control characters) and unique (ignoring case). Two LMS users with
-  one name each keep it with their user id appended (``smithjohn_1001``, ``smithjohn_1002``), an LMS name that
-  is no usable id becomes ``lms_<user id>``; a folder or file name that is no usable id, or that clashes with
-  another, is not collected. Each of these is listed to resolve, and an instructor's roster (``--roster``:
+  student keeps the id the gradebook already holds for that LMS id. An LMS user id joins a student already
+  there (in the gradebook or ``submitted/``) only by the roster or such an earlier LMS hand-in, never by a name,
+  which any LMS user can give themselves: an LMS user named as a student already there is collected under an
+  id of its own. Ids are normalised (Unicode NFC; letters and digits of any script, ``_ . -``; no control
+  characters) and unique (ignoring case). Two LMS users with one name each keep it with their user id appended
+  (``smithjohn_1001``, ``smithjohn_1002``), as does an LMS user named as a student already there; an LMS name
+  that is no usable id becomes ``lms_<user id>``; a folder or file name that is no usable id, or that clashes
+  with another, is not collected. Each of these is listed to resolve, and an instructor's roster (``--roster``:
   ``lms_id,student_id,name``) decides them on the next run.
 - **When.** In order: the instructor's ``--received STUDENT=TIME``; the LMS's verdict in the name it wrote
   (``LATE``: one second after the due date, the least lateness the verdict allows; on time: no time recorded,
@@ -352,8 +355,12 @@ def assign_ids(
     chosen: dict[tuple[bool, str], Claim], roster: Roster, known: dict[str, str], taken: dict[str, str]
 ) -> tuple[dict[tuple[bool, str], str], list[Problem]]:
     """Student id for each student of this source (keyed by :attr:`Claim.key`), and what is left to resolve.
-    ``known``: LMS user id -> the id the gradebook gave it; ``taken``: the gradebook's students, same-id key ->
-    their LMS user id ("" for none)."""
+    ``known``: LMS user id -> the id the gradebook gave it; ``taken``: the students already there (gradebook
+    and ``submitted/``), same-id key -> their LMS user id ("" for none).
+
+    An LMS user id joins a student already there only by the roster (the instructor's word) or the gradebook
+    (an earlier LMS hand-in): never by a name, which any LMS user can give themselves. An LMS user whose name
+    is such a student's is collected under an id of its own and listed, for the roster to decide."""
     ids: dict[tuple[bool, str], str] = {}
     owner: dict[str, tuple[bool, str]] = {}  # same-id key -> the student holding it in this run
     problems: list[Problem] = []
@@ -363,6 +370,11 @@ def assign_ids(
             return False
         ids[key], owner[same_id(sid)] = sid, key
         return True
+
+    def free(claim: Claim, sid: str) -> bool:
+        """Whether ``claim`` may have ``sid`` by name: a folder or file name is the instructor's own and means
+        the student of that id; an LMS user may have only an id no one holds yet, or one that holds it."""
+        return not claim.is_lms_user or taken.get(same_id(sid), claim.lms_id) == claim.lms_id
 
     for key, claim in chosen.items():  # the instructor's word first, then what the gradebook already knows
         if claim.lms_id in roster.ids:
@@ -378,28 +390,36 @@ def assign_ids(
     for name_key, group in by_name.items():
         for key in group:
             claim, sid = chosen[key], student_id(chosen[key].name)
-            lms = claim.lms_id
-            # an LMS user whose name is a gradebook student's of another LMS user; a folder or file name is the
-            # instructor's own and means the gradebook's student of that id
-            elsewhere = claim.is_lms_user and taken.get(name_key, "") not in ("", lms)
-            if sid is not None and len(group) == 1 and not elsewhere and give(key, sid):
+            held = sid is not None and not free(claim, sid)
+            if sid is not None and len(group) == 1 and not held and give(key, sid):
                 continue
-            if sid is None:
-                why = f"'{claim.name}' is no usable student id"
-            elif len(group) > 1:
-                why = f"{sid} is the name of {len(group)} students in this download"
-            elif elsewhere:
-                why = f"{sid} is the id of LMS user {taken[name_key]} in the gradebook"
+            why = _why_not(claim, sid, len(group), held, taken.get(name_key))
+            fallbacks = [student_id(f"{sid}_{claim.lms_id}") if sid else None, f"lms_{claim.lms_id}"]
+            fallback = next((f for f in fallbacks if f and free(claim, f)), None)
+            if claim.is_lms_user and fallback and give(key, fallback):
+                why, collected_as = why + "; collected with its LMS user id", fallback
             else:
-                why = f"{sid} is the id of another student in this download"
-            fallback = (student_id(f"{sid}_{lms}") if sid else None) or f"lms_{lms}"
-            if claim.is_lms_user and give(key, fallback):
-                problems.append(
-                    Problem(claim.member.parts[0], lms, ids[key], why + "; collected with its LMS user id")
+                why, collected_as = why + ": not collected", ""
+            if held:  # the roster's to decide: say how
+                why += (
+                    f"; if LMS user {claim.lms_id} is {sid}, give --roster the line {claim.lms_id},{sid},NAME"
                 )
-            else:
-                problems.append(Problem(claim.member.parts[0], lms, "", why + ": not collected"))
+            problems.append(Problem(claim.member.parts[0], claim.lms_id, collected_as, why))
     return ids, problems
+
+
+def _why_not(claim: Claim, sid: str | None, named: int, held: bool, holder: str | None) -> str:
+    """Why ``claim`` does not get ``sid``, its name as an id: ``named`` students of the download share it, or
+    (``held``) a student already there has it, with LMS user id ``holder`` ("" for none)."""
+    if sid is None:
+        return f"'{claim.name}' is no usable student id"
+    if named > 1:
+        return f"{sid} is the name of {named} students in this download"
+    if not held:
+        return f"{sid} is the id of another student in this download"
+    if holder:
+        return f"{sid} is the id of LMS user {holder} in the gradebook"
+    return f"{sid} is a student already, with no LMS user id, and a name alone binds none"
 
 
 # ------------------------------------------------------------------------------------------ when
@@ -516,21 +536,39 @@ def gradebook_students(course: Course) -> tuple[dict[str, str], dict[str, str]]:
     return {lms: sid for sid, lms in students if lms}, {same_id(sid): lms for sid, lms in students}
 
 
-def remember_lms_ids(course: Course, lms_of: dict[str, str], names: dict[str, str]) -> None:
+def submitted_students(course: Course, aid: str) -> dict[str, str]:
+    """Same-id key -> "" (no LMS user id known) for each student with a hand-in of any assignment in
+    ``submitted/``: one collected from a folder is a student before grading puts them in the gradebook."""
+    base = course.submission_folder(aid, "_").parent.parent  # submitted/, where nbgrader's config puts it
+    if not base.is_dir():
+        return {}
+    return {same_id(path.parent.parent.name): "" for path in base.glob("*/*/*.ipynb")}
+
+
+def remember_lms_ids(course: Course, lms_of: dict[str, str], roster: Roster) -> None:
     """Keep each student's LMS user id (and the roster's name) in nbgrader's gradebook; an LMS id the roster
-    moved to another student is taken from the one that held it."""
+    moved to another student is taken from the one that held it. Only the roster binds an LMS id to a student
+    the gradebook holds without it (:func:`assign_ids` gives such a hand-in an id of its own): anything else
+    here is the grader's error, refused before the gradebook changes, never a grade sent to the wrong row."""
     from autograder.late import gradebook
 
     if not lms_of:
         return
     with gradebook(course) as gb:
-        holders = {s.lms_user_id: s for s in gb.students if s.lms_user_id}
+        students = {s.id: s for s in gb.students}
+        for sid, lms in lms_of.items():
+            held = (students[sid].lms_user_id or "") if sid in students else lms
+            if held != lms and roster.ids.get(lms) != sid:
+                raise RuntimeError(
+                    f"grader error: LMS user {shown(lms)} is not {shown(sid)}'s, and no roster says so"
+                )
+        holders = {s.lms_user_id: s for s in students.values() if s.lms_user_id}
         for sid, lms in lms_of.items():
             if lms in holders and holders[lms].id != sid:
                 holders[lms].lms_user_id = None
         gb.db.commit()
         for sid, lms in lms_of.items():
-            extra = {"last_name": names[lms]} if lms in names else {}
+            extra = {"last_name": roster.names[lms]} if lms in roster.names else {}
             gb.update_or_create_student(sid, lms_user_id=lms, **extra)
 
 
@@ -577,12 +615,12 @@ def collect(
         members = _members(open_source(Path(source), stack), found)
         chosen = _one_claim_each(members, regex, aid, found)
         known, taken = gradebook_students(course)
-        ids, unresolved = assign_ids(chosen, roster, known, taken)
+        ids, unresolved = assign_ids(chosen, roster, known, submitted_students(course, aid) | taken)
         found.problems += unresolved
         due = deadlines(course, aid).due
         by_parts = {m.parts: m for m in members}
         lms_of = _store_all(course, aid, chosen, ids, by_parts, due, rules, found)
-        remember_lms_ids(course, lms_of, roster.names)
+        remember_lms_ids(course, lms_of, roster)
     unknown = [h.student_id for h in found.handins if h.source == SOURCE_UNKNOWN]
     if unknown and due is not None:
         found.info.append(

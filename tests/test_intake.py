@@ -414,6 +414,122 @@ def test_a_folder_collect_has_a_size_cap_and_follows_no_link(course, tmp_path, c
     assert re.search(r"hal\.ipynb\s+-\s+\(not collected\)\s+skipped, not a regular file", out)
 
 
+# ------------------------------------------------------------------------------------------ a name binds no LMS id
+
+
+def collect_ada_from_a_folder(course: Course, tmp_path: Path, graded: bool) -> None:
+    """ada_lovelace handed in through a plain folder: a student with no LMS user id (in the gradebook once her
+    work is graded, only in ``submitted/`` before)."""
+    inbox = tmp_path / "inbox"
+    (inbox / "ada_lovelace").mkdir(parents=True)
+    (inbox / "ada_lovelace" / "T1.ipynb").write_text(notebook("ada"))
+    assert collect(course, "T1", inbox).problems == []
+    if graded:
+        grade(course, "ada_lovelace", 90)
+
+
+def grade(course: Course, sid: str, score: float) -> None:
+    """``sid``'s result, and their row in the gradebook, as grading makes them."""
+    save_result(course, Result(sid, "T1", max_score=100, score=score, status="graded"))
+    with gradebook(course) as gb:
+        gb.update_or_create_student(sid)
+
+
+def canvas_rows(course: Course, tmp_path: Path) -> dict[str, list[str]]:
+    """The Canvas export's rows by the gradebook's student id (the ``Student`` column, where no name was given)."""
+    with open(export_canvas(course, tmp_path / "canvas.csv", ["T1"]), encoding="utf-8") as fh:
+        return {row[0]: row for row in list(csv.reader(fh))[1:]}
+
+
+@pytest.mark.parametrize("graded", [True, False], ids=["in the gradebook", "only collected"])
+def test_a_classmate_named_as_a_folder_student_in_canvas_gets_neither_her_row_nor_her_hand_in(
+    course, tmp_path, capsys, graded
+):
+    collect_ada_from_a_folder(course, tmp_path, graded)
+    # Canvas user 999 renames themselves so that Canvas writes her id as their name
+    attack = make_zip(tmp_path / "canvas.zip", {"ada_lovelace_999_4242_T1.ipynb": notebook("mallory")})
+    code, out = run_collect(course, capsys, attack)
+    assert code == 1
+    assert whose(course, "ada_lovelace") == "ada"  # her hand-in stays hers
+    assert whose(course, "ada_lovelace_999") == "mallory"  # theirs is collected, under an id of its own
+    expected = {"ada_lovelace": None} if graded else {}  # before grading, she is not in the gradebook
+    assert lms_ids(course) == {**expected, "ada_lovelace_999": "999"}
+    table = out[out.index("1 to resolve") :]
+    assert re.search(
+        r"ada_lovelace_999_4242_T1\.ipynb\s+999\s+ada_lovelace_999\s+ada_lovelace is a student already, with no "
+        r"LMS user id, and a name alone binds none; collected with its LMS user id",
+        table,
+    )
+    assert "if LMS user 999 is ada_lovelace, give --roster the line 999,ada_lovelace,NAME" in table
+
+    if not graded:
+        grade(course, "ada_lovelace", 90)
+    grade(course, "ada_lovelace_999", 10)
+    rows = canvas_rows(course, tmp_path)
+    assert rows["ada_lovelace"][1:] == ["", "", "", "", "90"]  # matched by name in Canvas, never sent to 999
+    assert rows["ada_lovelace_999"][1:] == ["999", "", "", "", "10"]
+    # the same download again: 999 keeps the row the gradebook now holds for it, ada hers
+    assert run_collect(course, capsys, attack)[0] == 0
+    assert lms_ids(course).get("ada_lovelace") is None and whose(course, "ada_lovelace") == "ada"
+    # had 999 been ada, the line the problem gives settles it
+    roster = tmp_path / "roster.csv"
+    roster.write_text("lms_id,student_id,name\n999,ada_lovelace,Ada Lovelace\n")
+    assert run_collect(course, capsys, attack, "--roster", roster)[0] == 0
+    assert lms_ids(course)["ada_lovelace"] == "999" and lms_ids(course)["ada_lovelace_999"] is None
+
+
+def test_an_lms_id_is_bound_to_an_existing_student_by_the_roster_and_then_by_the_gradebook(
+    course, tmp_path, capsys
+):
+    collect_ada_from_a_folder(course, tmp_path, graded=True)
+    first = make_zip(tmp_path / "a.zip", {"ada_lovelace_999_1_T1.ipynb": notebook("ada in canvas")})
+    roster = tmp_path / "roster.csv"
+    roster.write_text("lms_id,student_id,name\n999,ada_lovelace,Ada Lovelace\n")
+    code, out = run_collect(course, capsys, first, "--roster", roster)
+    assert code == 0 and "to resolve" not in out
+    assert whose(course, "ada_lovelace") == "ada in canvas" and lms_ids(course)["ada_lovelace"] == "999"
+
+    # an earlier LMS hand-in is the LMS's word: 999 is ada whatever name Canvas writes now; a newcomer whose
+    # name is no student's yet takes it as their id
+    later = make_zip(
+        tmp_path / "b.zip",
+        {"byronada_999_2_T1.ipynb": notebook("ada, renamed"), "leeann_1003_3_T1.ipynb": notebook("ann")},
+    )
+    code, out = run_collect(course, capsys, later)
+    assert code == 0 and "to resolve" not in out
+    assert whose(course, "ada_lovelace") == "ada, renamed" and whose(course, "byronada") is None
+    assert lms_ids(course) == {"ada_lovelace": "999", "leeann": "1003"}
+    rows = canvas_rows(course, tmp_path)
+    assert rows["Ada Lovelace"][1:] == ["999", "", "", "", "90"]
+
+
+def test_the_id_collect_falls_back_to_is_no_other_students_either(course, tmp_path, capsys):
+    first = make_zip(tmp_path / "a.zip", {"doejane_2001_1_T1.ipynb": notebook("jane")})
+    assert run_collect(course, capsys, first)[0] == 0
+    inbox = tmp_path / "inbox"
+    (inbox / "doejane_2002").mkdir(parents=True)  # a folder student whose id is the one collect would choose
+    (inbox / "doejane_2002" / "T1.ipynb").write_text(notebook("folder student"))
+    assert collect(course, "T1", inbox).problems == []
+    second = make_zip(tmp_path / "b.zip", {"doejane_2002_2_T1.ipynb": notebook("user 2002")})
+    code, out = run_collect(course, capsys, second)
+    assert code == 1
+    assert whose(course, "doejane_2002") == "folder student" and whose(course, "lms_2002") == "user 2002"
+    assert lms_ids(course) == {"doejane": "2001", "lms_2002": "2002"}
+    assert "doejane is the id of LMS user 2001 in the gradebook" in out
+    assert "if LMS user 2002 is doejane, give --roster the line 2002,doejane,NAME" in out
+
+
+def test_the_gradebook_takes_an_lms_id_for_a_student_it_holds_without_it_only_from_the_roster(course):
+    grade(course, "ada_lovelace", 90)
+    with pytest.raises(RuntimeError, match="grader error: LMS user 999 is not ada_lovelace's"):
+        intake.remember_lms_ids(course, {"ada_lovelace": "999"}, intake.Roster())
+    assert lms_ids(course) == {"ada_lovelace": None}
+    intake.remember_lms_ids(
+        course, {"ada_lovelace": "999", "newcomer": "1000"}, intake.Roster({"999": "ada_lovelace"})
+    )
+    assert lms_ids(course) == {"ada_lovelace": "999", "newcomer": "1000"}
+
+
 # ------------------------------------------------------------------------------------------ the Canvas CSV
 
 

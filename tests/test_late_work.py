@@ -15,7 +15,7 @@ from nbgrader.preprocessors import AssignLatePenalties
 from nbgrader.utils import parse_utc
 
 from autograder import cli
-from autograder.collect import collect, received_rules
+from autograder.collect import Roster, collect, received_rules
 from autograder.course import Course
 from autograder.export import export_canvas, write_results_csv
 from autograder.feedback import write_feedback
@@ -161,9 +161,10 @@ def test_lms_zip_due_date_extension_and_exports(course, tmp_path, capsys):
         zip_member(zf, "week/T1/T1.ipynb", (2026, 11, 1, 0, 0, 0))  # nbgrader's layout, its own time
         zip_member(zf, "week/T1/timestamp.txt", (2026, 11, 1, 0, 0, 0), "2026-12-09 12:00:00.000000 UTC")
     # a LATE mark says late, not how late: the instructor gives twodays' time; week handed in through nbgrader's
-    # exchange, whose timestamp.txt is read only when asked for
+    # exchange, whose timestamp.txt is read only when asked for. The extension made ext a student before any
+    # hand-in: which LMS user that is, the roster says (a name alone never binds an LMS user to a student)
     rules = received_rules(["twodays=2026-12-03 10:00 UTC"], exchange_timestamps=True)
-    found = collect(course, "T1", archive, rules=rules)
+    found = collect(course, "T1", archive, rules=rules, roster=Roster({"77777": "ext"}))
     assert found.late == {
         "ontime": False,
         "clock": False,
