@@ -31,6 +31,9 @@ CODES = {name: code for code, (name, _) in LAYERS.items()}
 MAX_LAYERS = 64
 MAX_SETTING = {"conv2d": (4096, 4096, 15, 15, 15, 15, 15, 15), "maxpool2d": (64,) * 4, "avgpool2d": (64,) * 4}
 MAX_WORK = 2e9  # multiply-adds the grader spends on one evaluation; a model that needs more is refused
+# the largest array the grader makes while evaluating (a batch's activations, a convolution's copied windows):
+# inputs go through a batch at a time within it; a model whose one input needs more is refused
+MAX_ARRAY_BYTES = 64 * 2**20
 
 
 def _numpy(tensor) -> np.ndarray:
@@ -145,16 +148,66 @@ def parameter_count(layers: list[list], trainable: bool = False) -> int:
     return total
 
 
-def predictions(layers: list[list], parameters: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+def predictions(
+    layers: list[list], parameters: np.ndarray, inputs: np.ndarray, max_bytes: int = MAX_ARRAY_BYTES
+) -> np.ndarray:
     """The class each input gets from the model, computed here; ValueError when the layers and the parameters
-    or the inputs do not fit together."""
+    or the inputs do not fit together, or when evaluating them would take more than :data:`MAX_WORK`
+    multiply-adds or an array of more than ``max_bytes`` for one input.
+
+    The inputs go through the layers a batch at a time, as many as keep every array a layer makes within
+    ``max_bytes`` (a convolution's windows, copied for the product, a few output pixels at a time): the
+    memory the evaluation takes is bounded as its work is, whatever the layers' settings."""
     if parameters.size != parameter_count(layers):
         raise ValueError(
             f"the model has {parameters.size} parameters; its layers need {parameter_count(layers)}"
         )
     if not np.all(np.isfinite(parameters)):
         return np.full(len(inputs), -1)
-    x, taken = np.asarray(inputs, dtype=np.float64), 0
+    x = np.asarray(inputs, dtype=np.float64)
+    if x.ndim < 2:
+        raise ValueError(f"the inputs have shape {x.shape}, not (inputs, features...)")
+    try:
+        with np.errstate(all="ignore"):
+            batch = _batch_size(layers, parameters, x, max_bytes)
+            found = []
+            for start in range(0, len(x), batch):
+                logits = _forward(layers, parameters, x[start : start + batch], max_bytes)
+                found.append(np.where(np.all(np.isfinite(logits), axis=1), logits.argmax(axis=1), -1))
+    except (ValueError, IndexError) as err:
+        raise ValueError(f"the model does not fit its inputs ({err})") from None
+    return np.concatenate(found) if found else np.full(0, -1)
+
+
+def _batch_size(layers: list[list], parameters: np.ndarray, x: np.ndarray, max_bytes: int) -> int:
+    """How many inputs go through the layers at a time, found by running them on no input at all (shapes
+    only): the work and memory of the whole evaluation are known, and refused, before anything is computed."""
+    probe, work, per_input = x[:0], 0.0, _input_bytes(x)
+    take = _taker(parameters)
+    for name, *s in layers:
+        work += _work(name, s, (len(x), *probe.shape[1:]))
+        if work > MAX_WORK:
+            raise ValueError(f"it takes more than {MAX_WORK:.0e} multiply-adds to evaluate")
+        if name == "conv2d" and probe.ndim == 4:  # its zero-padded input
+            padded = probe.shape[1] * (probe.shape[2] + 2 * s[6]) * (probe.shape[3] + 2 * s[7])
+            per_input = max(per_input, 8 * padded)
+        probe = _apply(name, s, probe, take, max_bytes)
+        per_input = max(per_input, _input_bytes(probe))
+    if probe.ndim != 2:
+        raise ValueError(f"the model's output has shape {(len(x), *probe.shape[1:])}, not (inputs, classes)")
+    if per_input > max_bytes:
+        raise ValueError(f"one input takes an array of more than {max_bytes / 2**20:g} MB in a layer")
+    return max(1, max_bytes // max(per_input, 1))
+
+
+def _input_bytes(x: np.ndarray) -> int:
+    """The bytes of one input's part of ``x`` (float64)."""
+    return 8 * int(np.prod(x.shape[1:]))
+
+
+def _taker(parameters: np.ndarray):
+    """``take(*shape)``: the next parameters, in the order the layers hold them."""
+    taken = 0
 
     def take(*shape: int) -> np.ndarray:
         nonlocal taken
@@ -163,19 +216,14 @@ def predictions(layers: list[list], parameters: np.ndarray, inputs: np.ndarray) 
         taken += n
         return out
 
-    work = 0.0
-    try:
-        with np.errstate(all="ignore"):
-            for name, *s in layers:
-                work += _work(name, s, x.shape)
-                if work > MAX_WORK:
-                    raise ValueError(f"it takes more than {MAX_WORK:.0e} multiply-adds to evaluate")
-                x = _apply(name, s, x, take)
-    except (ValueError, IndexError) as err:
-        raise ValueError(f"the model does not fit its inputs ({err})") from None
-    if x.ndim != 2 or x.shape[0] != len(inputs):
-        raise ValueError(f"the model's output has shape {x.shape}, not (inputs, classes)")
-    return np.where(np.all(np.isfinite(x), axis=1), x.argmax(axis=1), -1)
+    return take
+
+
+def _forward(layers: list[list], parameters: np.ndarray, x: np.ndarray, max_bytes: int) -> np.ndarray:
+    take = _taker(parameters)
+    for name, *s in layers:
+        x = _apply(name, s, x, take, max_bytes)
+    return x
 
 
 def _work(name: str, s: list[int], shape: tuple) -> float:
@@ -192,7 +240,7 @@ def _work(name: str, s: list[int], shape: tuple) -> float:
     return size
 
 
-def _apply(name: str, s: list[int], x: np.ndarray, take) -> np.ndarray:
+def _apply(name: str, s: list[int], x: np.ndarray, take, max_bytes: int) -> np.ndarray:
     if name == "affine":
         w, b = take(s[0], s[1]), take(s[1])
         return x @ w + b  # on the last axis, as torch's Linear
@@ -201,7 +249,7 @@ def _apply(name: str, s: list[int], x: np.ndarray, take) -> np.ndarray:
     if name == "identity":
         return x
     if name == "flatten":
-        return x.reshape(len(x), -1)
+        return x.reshape(len(x), int(np.prod(x.shape[1:])))  # (-1 cannot size a batch of none)
     if name == "batchnorm":
         weight, bias, mean, var = take(s[0]), take(s[0]), take(s[0]), take(s[0])
         shape = (1, s[0]) + (1,) * (x.ndim - 2)
@@ -214,7 +262,7 @@ def _apply(name: str, s: list[int], x: np.ndarray, take) -> np.ndarray:
             raise ValueError(f"conv2d expects {cin} channels, got shape {x.shape}")
         padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
         windows = np.lib.stride_tricks.sliding_window_view(padded, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
-        return np.einsum("nchwij,ocij->nohw", windows, w, optimize=True) + b.reshape(1, -1, 1, 1)
+        return _convolve(windows, w, max_bytes) + b.reshape(1, -1, 1, 1)
     if name in ("maxpool2d", "avgpool2d"):
         kh, kw, sh, sw = s
         windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
@@ -223,3 +271,24 @@ def _apply(name: str, s: list[int], x: np.ndarray, take) -> np.ndarray:
         pooled = x.max(axis=(2, 3)) if name == "globalmax" else x.mean(axis=(2, 3))
         return pooled[:, :, None, None]
     raise ValueError(f"unknown layer {name!r}")
+
+
+def _convolve(windows: np.ndarray, w: np.ndarray, max_bytes: int) -> np.ndarray:
+    """``einsum("nchwij,ocij->nohw")`` of a convolution's windows (a view, ``(n, in, out_h, out_w, kh, kw)``)
+    and its weights, a block of output pixels at a time: the product copies the windows it is given, ``kh *
+    kw`` times the input's size, so each block is as many pixels (whole inputs, else rows of one input, else
+    part of a row) as keep that copy, and the block's output, within ``max_bytes``."""
+    n, cin, out_h, out_w, kh, kw = windows.shape
+    pixels = max(1, max_bytes // (8 * max(cin * kh * kw, w.shape[0])))
+    images = max(1, pixels // max(out_h * out_w, 1))
+    rows = min(out_h, max(1, pixels // max(out_w, 1)))
+    columns = min(out_w, pixels)
+    out = np.empty((n, w.shape[0], out_h, out_w))
+    for i in range(0, n, images):
+        for r in range(0, out_h, rows):
+            for c in range(0, out_w, columns):
+                block = windows[i : i + images, :, r : r + rows, c : c + columns]
+                out[i : i + images, :, r : r + rows, c : c + columns] = np.einsum(
+                    "nchwij,ocij->nohw", block, w, optimize=True
+                )
+    return out
