@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import fcntl
+import fnmatch
 import hashlib
 import json
 import platform
@@ -190,21 +191,94 @@ def source_inputs(nb: nbformat.NotebookNode) -> dict[str, str]:
     return found
 
 
+SMALL_BOOLEAN = 8  # a boolean result of at most this many entries can be guessed: it is a condition
+
+
+def answer_in_kernel(case: Case, value=None) -> bool:
+    """Whether the kernel holds the answer to ``case`` (as the reference recorded it, with its ``value``), so
+    that a notebook could record the passing value without doing the work: a public check or any check given
+    its expected value in the test's code (the value is in the cell), a range or an accuracy check (the
+    bound, or the labels, are in the cell), or a small boolean (``True`` is a guess that passes). Such a case
+    is a *condition*: it can take points away, never earn them (:func:`case_groups`)."""
+    if case.public or case.expected_file is not None or case.kind in ("range", "accuracy"):
+        return case.kind != "model_accuracy"  # evaluated outside, on the reference's inputs
+    if value is None:
+        return False
+    value = np.asarray(value)
+    return value.dtype.kind == "b" and value.size <= SMALL_BOOLEAN
+
+
+def _attach_conditions(grade_id: str, names: list[str], conditions: set[str]) -> dict[str, list[str]]:
+    """Each case whose answer the kernel holds joins the group of the nearest case before it whose answer it
+    does not (else the first after it); every other case is a group of its own."""
+    evidence = [n for n in names if n not in conditions]
+    if not evidence:
+        raise ValueError(
+            f"{grade_id}: no case of this cell can earn points: the kernel holds the answer of each (a public "
+            "check, an expected value written in the test, a range or accuracy bound, or a small boolean a "
+            f"notebook could guess). Add a hidden check of a value on other inputs. Its cases: {names}"
+        )
+    groups: dict[str, list[str]] = {n: [] for n in evidence}
+    owner = None
+    waiting: list[str] = []
+    for name in names:
+        if name in conditions:
+            (groups[owner] if owner else waiting).append(name)
+        else:
+            owner = name
+            groups[name] += waiting + [name] if waiting else [name]
+            waiting = []
+    return groups
+
+
+def _merge_held_groups(
+    grade_id: str,
+    names: list[str],
+    groups: dict[str, list[str]],
+    shares: dict[str, float],
+    conditions: set[str],
+) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """``case_points`` groups whose every case is a condition join, with their points, the group of the
+    nearest case before them (else after them) whose answer the kernel does not hold: the points the source
+    gave a public check now need the hidden check beside it too."""
+    evidence = [n for n in names if n not in conditions]
+    if not evidence:
+        _attach_conditions(grade_id, names, conditions)  # raises, saying why
+    group_of = {n: k for k, members in groups.items() for n in members}
+    for key in [k for k, members in groups.items() if set(members) <= conditions]:
+        first = names.index(groups[key][0])
+        before = [n for n in evidence[::-1] if names.index(n) < first]
+        target = group_of[(before or evidence)[0]]
+        groups[target] += groups.pop(key)
+        shares[target] += shares.pop(key)
+        for n in groups[target]:
+            group_of[n] = target
+    return groups, shares
+
+
 def case_groups(
-    grade_id: str, cases: list[Case], points: float, case_points: dict[str, float] | None = None
+    grade_id: str,
+    cases: list[Case],
+    points: float,
+    case_points: dict[str, float] | None = None,
+    conditions: set[str] | frozenset[str] = frozenset(),
 ) -> list[dict]:
     """How a graded test cell's points are shared among its cases: ``[{"name", "cases", "points"}]``; a
     group earns its points when every case in it passes.
 
-    By default the cell's public checks (the ones the student reads and runs) are one group and each
-    hidden case is a group of its own, all worth the same share. A source may instead give points per case
-    or per group in the cell's metadata, ``{"dlcourse": {"case_points": {"a4.export.*": 10, ...}}}``
-    (keys are case names or ``fnmatch`` patterns; the most specific matching key wins: an exact name, else the
-    longest pattern); cases no key matches share what is left. Shares are in hundredths of a point and always add up to the cell's points exactly.
+    Only evidence the kernel could not forge earns points. ``conditions`` (:func:`answer_in_kernel`: public
+    checks, expected values in the test, bounds, small booleans) earn nothing by themselves: by default each
+    joins the group of the nearest hidden case before it (else after it), so a failed condition still costs
+    that group, and each other case is a group of its own, all worth the same share. A source may instead
+    give points per case or per group in the cell's metadata,
+    ``{"dlcourse": {"case_points": {"a4.export.*": 10, ...}}}`` (keys are case names or ``fnmatch`` patterns;
+    the most specific matching key wins: an exact name, else the longest pattern); cases no key matches share
+    what is left; a key whose cases are all conditions joins, with its points, the nearest key that has
+    evidence (:func:`_merge_held_groups`). Shares are in hundredths of a point and
+    always add up to the cell's points exactly.
     """
-    import fnmatch
-
     names = [c.name for c in cases]
+    conditions = set(conditions) | {c.name for c in cases if answer_in_kernel(c)}
     groups: dict[str, list[str]] = {}
     if case_points:
         # the most specific key first: exact names, then longer patterns (a notebook's JSON keeps keys sorted,
@@ -225,13 +299,9 @@ def case_groups(
                 + ("" if given > points else " and no case is left to take the rest")
             )
         shares = {k: float(case_points[k]) if k in case_points else points - given for k in groups}
+        groups, shares = _merge_held_groups(grade_id, names, groups, shares, set(conditions))
     else:
-        public = [c.name for c in cases if c.public]
-        if public:
-            groups["the public checks"] = public
-        for c in cases:
-            if not c.public:
-                groups[c.name] = [c.name]
+        groups = _attach_conditions(grade_id, names, set(conditions))
         cents, count = round(points * 100), len(groups)
         shares = {k: (cents // count + (i < cents % count)) / 100 for i, k in enumerate(groups)}
     return [{"name": k, "cases": v, "points": shares[k]} for k, v in groups.items()]
@@ -262,6 +332,12 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
             case_points = cell.metadata.get("dlcourse", {}).get("case_points")
             if case_points:
                 cells[grade_id]["case_points"] = case_points
+            in_kernel = cell.metadata.get("dlcourse", {}).get("decided_in_kernel")
+            if in_kernel:  # the source says why no outside evidence exists; every page labels it
+                cells[grade_id]["in_kernel"] = str(in_kernel)
+            measured = cell.metadata.get("dlcourse", {}).get("measured_in_kernel")
+            if measured:  # {case name or pattern: why}: cases measured by helpers the kernel holds
+                cells[grade_id]["measured"] = dict(measured)
             marker = f"import dlcourse.grading as _dlg; _dlg.begin_cell({grade_id!r})\n"
             first, _, rest = cell.source.partition("\n")
             if not first.startswith("%%"):
@@ -335,7 +411,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
             found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
         cases, values = captured[1]
-        _decide_cells(cells, cases)
+        _decide_cells(cells, cases, values)
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:
             raise ReferenceError(
@@ -425,19 +501,36 @@ def _captured(
     return captured
 
 
-def _decide_cells(cells: dict, cases: dict) -> None:
-    """Each cell's cases, how it is decided, and its groups of cases with their points."""
+def _decide_cells(cells: dict, cases: dict, values: dict) -> None:
+    """Each cell's cases, how it is decided, and its groups of cases with their points (``values``: the
+    reference's, which tell a small boolean)."""
     for case in cases.values():
         cells[case.cell]["cases"].append(case.name)
+    conditions = {n for n, c in cases.items() if answer_in_kernel(c, values.get(n))}
+    refused = []
     for grade_id, cell in cells.items():
         # no check(...) case: the cell's points are decided in the kernel, as nbgrader decides them
         cell["decided"] = "outside" if cell["cases"] else "kernel"
         points = cell.pop("case_points", None)
-        cell["groups"] = (
-            case_groups(grade_id, [cases[n] for n in cell["cases"]], cell["points"], points)
-            if cell["cases"]
-            else []
-        )
+        measured = cell.pop("measured", {})
+        in_kernel = {n for n in cell["cases"] if any(fnmatch.fnmatchcase(n, k) for k in measured)}
+        # a declared kernel decision: its checks earn, and every page labels them
+        held = set() if cell.get("in_kernel") else conditions - in_kernel
+        try:
+            cell["groups"] = (
+                case_groups(grade_id, [cases[n] for n in cell["cases"]], cell["points"], points, held)
+                if cell["cases"]
+                else []
+            )
+        except ValueError as err:
+            refused.append(str(err))
+            continue
+        for group in cell["groups"]:
+            if in_kernel & set(group["cases"]):
+                group["in_kernel"] = next(w for k, w in measured.items() for n in group["cases"]
+                                          if n in in_kernel and fnmatch.fnmatchcase(n, k))  # fmt: skip
+    if refused:
+        raise ReferenceError("\n".join(refused))
 
 
 def _write_reference(
@@ -477,7 +570,7 @@ def redecide(course: Course, aid: str, target: Path, digest: str, key: str) -> R
     cells, _, written = _graded_cells(aid, dict(zip(course.notebooks(aid), sources)))
     if set(cells) != set(old.cells):
         return None
-    _decide_cells(cells, cases)
+    _decide_cells(cells, cases, old.values)
     calibration = json.loads((target / CALIBRATION_FILE).read_text())
     changed = {n: cases[n] for n in hidden if cases[n].params != old.cases[n].params}
     if recheck_calibration(calibration, old.values, changed, SAFETY_MARGIN):

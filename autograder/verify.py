@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.evaluate import evaluate_model
 from autograder.reference import Reference
 from autograder.result import CellResult, GroupResult, WrittenResult
-from autograder.runner.linux import FORK_LOCK
 from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import Case, compare, load_cases, load_expected
 
@@ -70,8 +70,10 @@ def tampered_public_check(
     if name not in values:
         return True
     trusted = reference.cases[name]
-    if trusted.kind in ("range", "accuracy", "model_accuracy"):  # bounds or labels, not a value
+    if trusted.kind in ("range", "accuracy"):  # bounds or labels, not a value
         return safe_compare(trusted, None, values[name]) is not None
+    if trusted.kind == "model_accuracy":  # the fixed architecture is the reference's: always checked
+        return safe_compare(trusted, reference.values[name], values[name]) is not None
     expected = load_expected(capture, cases[name])
     return expected is None or safe_compare(trusted, expected, values[name]) is not None
 
@@ -79,18 +81,41 @@ def tampered_public_check(
 def safe_compare(case: Case, reference, got) -> str | None:
     """:func:`compare` on a value the student's run recorded: whatever that value makes numpy do, the case
     fails with a reason; it never becomes the grader's error."""
+    if case.kind == "model_accuracy":  # the model runs in a child of its own, within limits
+        return evaluate_model(case, reference, got)
     try:
-        if case.kind == "model_accuracy":
-            with FORK_LOCK:  # numpy's products, never while the grader forks (autograder.runner.linux)
-                return compare(case, reference, got)
         return compare(case, reference, got)
     except Exception as err:  # noqa: BLE001  (the data is the student's; any failure is theirs)
         return f"{case.name}: the recorded value cannot be compared ({type(err).__name__})"
 
 
-def case_problem(reference: Reference, values: dict, name: str, entry: dict | None) -> str:
+def misplaced(reference: Reference, cases: dict[str, Case]) -> dict[str, str]:
+    """Case name -> why its recording earns nothing: recorded more than once, or not by the test cell that
+    owns it in the reference. The cell of a recording is the driver's tag (:class:`autograder.runner.protocol.
+    Harvest`), never the kernel's claim: a value recorded by another cell, a hook or a thread while an
+    answer ran is not the test's evidence, however right it is."""
+    found = {}
+    for name, case in cases.items():
+        owner = reference.cases[name].cell if name in reference.cases else None
+        if case.times > 1:
+            found[name] = (
+                f"{name}: recorded {case.times} times in this run; a case counts only when its test cell "
+                "records it once"
+            )
+        elif owner is not None and case.cell != owner:
+            where = f"in test cell {case.cell}" if case.cell else "outside any test cell"
+            found[name] = f"{name}: recorded {where}, not by its own test cell {owner}; it earns nothing"
+    return found
+
+
+def case_problem(
+    reference: Reference, values: dict, name: str, entry: dict | None, forged: dict[str, str] | None = None
+) -> str:
     """Why the case ``name`` fails ("" when it passes), in plain words. A hidden case's message never shows
-    the reference's value: only that (and roughly how) it differs."""
+    the reference's value: only that (and roughly how) it differs. ``forged``: the cases whose recording
+    earns nothing (:func:`misplaced`), with why."""
+    if forged and name in forged:
+        return forged[name]
     if name not in values:
         return f"{name}: {_why_missing(entry)}"
     case = reference.cases[name]
@@ -156,6 +181,12 @@ def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: d
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
+    forged = misplaced(reference, cases)
+    if forged:
+        verdict.disagreements.append(
+            f"{len(forged)} case(s) were recorded outside their own test cell or more than once, and earn "
+            f"nothing (the notebook may forge the tests' recordings): {', '.join(sorted(forged)[:8])}"
+        )
     hid = [
         str(e.get("index")) for e in summary.get("cells", []) if isinstance(e, dict) and e.get("hidden_error")
     ]
@@ -174,10 +205,12 @@ def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: d
         results = []
         for group in groups:
             message = next(
-                (m for m in (case_problem(reference, values, n, entry) for n in group["cases"]) if m), ""
+                (m for m in (case_problem(reference, values, n, entry, forged) for n in group["cases"]) if m),
+                "",
             )
             earned = 0.0 if message else group["points"]
-            results.append(GroupResult(group["name"], earned, group["points"], not message, message))
+            name = group["name"] + (" (measured in the kernel)" if group.get("in_kernel") else "")
+            results.append(GroupResult(name, earned, group["points"], not message, message))
         failed = [g for g in results if not g.passed]
         message = failed[0].message if failed else ""
         if entry is None:
@@ -208,8 +241,11 @@ def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: d
             )
         points = round(sum(g.points for g in results), 2)
         groups_shown = results if len(results) > 1 else []
+        decided = "kernel-checks" if cell.get("in_kernel") else "outside"
         verdict.cells.append(
-            CellResult(grade_id, points, cell["points"], not failed, message, seen, groups_shown)
+            CellResult(
+                grade_id, points, cell["points"], not failed, message, seen, groups_shown, decided=decided
+            )
         )
     return verdict
 

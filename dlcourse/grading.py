@@ -56,7 +56,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +90,9 @@ class Case:
     public: bool = False
     expected_file: str | None = None  # public cases: the expected value the kernel compared with
     verdict: str | None = None  # public cases: what the kernel said ("passed"/"failed"), the kernel's word
+    times: int = (
+        1  # how many times the run recorded it: more than once earns nothing (:mod:`autograder.verify`)
+    )
 
 
 def plain_value(value) -> np.ndarray:
@@ -227,8 +230,9 @@ def load_cases(
     """Read a capture or reference defensively: ``(cases, values, problems)``. ``source``: its directory,
     or its files as ``{name: bytes}``.
 
-    Meant for data written by untrusted code: never unpickles, skips malformed lines, duplicate names
-    (the first one counts), files outside the directory and oversized files, and lists each problem.
+    Meant for data written by untrusted code: never unpickles, skips malformed lines, files outside the
+    directory and oversized files, and lists each problem. A name recorded more than once keeps its first
+    value and counts how often it came (:attr:`Case.times`): the grader gives such a case nothing.
     """
     files = _Files(source)
     cases: dict[str, Case] = {}
@@ -252,7 +256,8 @@ def load_cases(
             problems.append(f"line {number} of the results index is malformed")
             continue
         if name in cases:
-            problems.append(f"case {name!r} was recorded more than once; the first one counts")
+            problems.append(f"case {name!r} was recorded more than once; it earns nothing")
+            cases[name] = replace(cases[name], times=cases[name].times + 1)
             continue
         size = files.size(filename) if re.fullmatch(r"\d{4,6}\.npy", filename) else None
         if size is None:

@@ -274,9 +274,18 @@ def short(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + " [...]"
 
 
-def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None:
+def test_cell_id(cell) -> str | None:
+    """The ``grade_id`` of a graded test cell (graded, not an answer), else None. The notebook is the grader's
+    (repaired from the source): a test cell's metadata is the source's."""
+    meta = cell.metadata.get("nbgrader", {})
+    return meta.get("grade_id") if meta.get("grade") and not meta.get("solution") else None
+
+
+def run_cells(client, nb, results: list[dict], outputs: dict[int, list], harvest=None) -> None:
     """Run the code cells in order; for each, an entry in ``results`` and, in ``outputs``, a copy of its
-    outputs as the cell left them when it finished (a later cell's display update changes nothing there)."""
+    outputs as the cell left them when it finished (a later cell's display update changes nothing there).
+    ``harvest`` (:class:`autograder.runner.protocol.Harvest`) takes what the checks recorded after each
+    cell, tagged with the cell that ran."""
     import copy
 
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -303,6 +312,8 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list]) -> None
             raise
         finally:
             outputs[index] = copy.deepcopy(list(cell.get("outputs", [])))
+            if harvest is not None:
+                harvest.take(test_cell_id(cell))
         texts = []
         for out in outputs[index]:
             if out.get("output_type") == "error":
@@ -443,7 +454,7 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from nbclient.util import run_sync
 
-    from autograder.runner.protocol import encode_report, read_capture
+    from autograder.runner.protocol import Harvest, encode_report
 
     summary: dict = {"cells": [], "stopped": None, "timings": timings}
     outputs: dict[int, list] = {}
@@ -458,9 +469,10 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
         elif item.is_file() and item != path:
             shutil.copy(item, scratch / "work" / item.name)
     nb = nbformat.read(path, as_version=4)
+    harvest = Harvest(scratch / "capture")
     started = time.perf_counter()
     try:
-        run_cells(client, nb, summary["cells"], outputs)
+        run_cells(client, nb, summary["cells"], outputs, harvest)
     except (CellTimeoutError, DeadKernelError) as err:
         summary["stopped"] = type(err).__name__
     except Exception as err:  # the runner itself failed: say so, never hide it
@@ -471,7 +483,8 @@ def run_notebook(client, scratch: Path, timings: dict) -> None:
     started = time.perf_counter()
     run_sync(client.km.shutdown_kernel)(now=True)
     timings["kernel_stop"] = time.perf_counter() - started
-    files, problems = read_capture(scratch / "capture")
+    harvest.take(None)  # written after the last cell ran: no test cell's
+    files, problems = harvest.result()
     report = encode_report(summary, outputs, files, problems)
     out = sys.stdout.buffer
     out.write(report)

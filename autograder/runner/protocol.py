@@ -36,6 +36,7 @@ MAX_DATA_BYTES = 256 * 2**20  # the captured cases' values
 MAX_FILES = 20_000
 # what a capture folder may hold: the index the checks append to, and one .npy per value (and expected value)
 CAPTURE_NAME = re.compile(r"cases\.jsonl|\d{4,6}e?\.npy")
+CASES_FILE = "cases.jsonl"
 PROTOCOL_VERSION = 2
 COMPILE_CACHE = "compile-cache"  # under a run's home, and in the reference: torch.compile's caches
 
@@ -119,6 +120,91 @@ def read_capture(folder: Path) -> tuple[list[tuple[str, bytes]], list[str]]:
     finally:
         os.close(directory)
     return files, problems
+
+
+class Harvest:
+    """What the checks recorded, taken from the capture folder by the driver after every code cell, each
+    entry tagged with the cell that was running: the graded test cell's ``grade_id``, or None for any other
+    cell (an answer, a cell the student added, or anything written after the last cell). The tag is the
+    driver's, never the kernel's: whatever ``cell`` a line claims is replaced, so a value recorded from
+    another cell (or by a hook or thread while an answer cell ran) cannot pass for a test cell's own.
+
+    Each harvest empties the folder and renames what it took (``000001.npy``, ...), so an index line can only
+    name a value written in the same cell: a line pointing at an earlier cell's file is dropped. Bounded in
+    count and bytes over the whole run, as :func:`read_capture` bounds one folder."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.files: list[tuple[str, bytes]] = []
+        self.index: list[str] = []
+        self.problems: list[str] = []
+        self.total = 0
+
+    def take(self, cell: str | None) -> None:
+        """Take what is in the folder now, as recorded while ``cell`` ran."""
+        found, problems = read_capture(self.folder)
+        self.problems += problems
+        _remove(self.folder, [name for name, _ in found])
+        data = dict(found)
+        lines = data.pop(CASES_FILE, b"").decode("utf-8", errors="replace").splitlines()
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
+                entry = None
+            if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+                if line.strip():
+                    self.problems.append("a malformed line in the results index was dropped")
+                continue
+            renamed = {}
+            for key in ("file", "expected"):
+                name = entry.get(key)
+                if name is None and key == "expected":
+                    continue
+                if not isinstance(name, str) or name not in data:
+                    renamed = None
+                    break
+                renamed[key] = self._keep(data.pop(name), "e" if key == "expected" else "")
+                if renamed[key] is None:
+                    return
+            if renamed is None:
+                self.problems.append(
+                    f"a recording names a value not written in the same cell ({str(entry.get('name'))[:60]!r}); dropped"
+                )
+                continue
+            entry.update(renamed, cell=cell)
+            self.index.append(json.dumps(entry))
+
+    def _keep(self, data: bytes, suffix: str) -> str | None:
+        if len(self.files) >= MAX_FILES or self.total + len(data) > MAX_DATA_BYTES:
+            if not any("size limit" in p for p in self.problems):
+                self.problems.append("the captured results exceed the size limit; the rest were left out")
+            return None
+        self.total += len(data)
+        name = f"{len(self.files) + 1:06d}{suffix}.npy"
+        self.files.append((name, data))
+        return name
+
+    def result(self) -> tuple[list[tuple[str, bytes]], list[str]]:
+        """The run's files as :func:`read_capture` returns one folder's, with the driver's index."""
+        index = "".join(line + "\n" for line in self.index).encode()
+        return ([(CASES_FILE, index)] if self.index else []) + self.files, self.problems
+
+
+def _remove(folder: Path, names: list[str]) -> None:
+    """Unlink ``names`` in ``folder`` without following a link on the way."""
+    try:
+        directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        for name in names:
+            try:
+                os.unlink(name, dir_fd=directory)
+            except OSError:
+                pass
+    finally:
+        os.close(directory)
 
 
 def _read_at_most(fd: int, size: int) -> bytes:
