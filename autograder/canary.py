@@ -185,7 +185,10 @@ def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = T
     ``strict``, an untouched release that scores is not a problem (see :func:`release_warnings`)."""
     lines = []
     solutions, release = results["solutions"], results["release"]
-    if solutions.status != "graded" or solutions.score != solutions.max_score:
+    # flags from reading the solutions' code alone are the instructor's to know (see code_flag_warnings), and
+    # no sign of a grader that disagrees with itself
+    unflagged = solutions.status == "graded" or (solutions.status == "flagged" and not solutions.flags)
+    if not unflagged or solutions.score != solutions.max_score:
         lines.append(
             f"the source's own solutions got {solutions.score:g}/{solutions.max_score:g} "
             f"(status {solutions.status}): {solutions.reason}"
@@ -194,7 +197,7 @@ def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = T
         lines += [f"  flagged: {flag}" for flag in solutions.flags][:3]
         if solutions.status in STOPPED:
             fix = f"the solutions {limits.stopped(solutions.status)}: {limits.fix(solutions.status)}"
-        elif solutions.status == "flagged":
+        elif solutions.flags:
             fix = "a public check passes in the kernel but not when redone outside it: see the flags"
         else:
             fix = "a case depends on the machine or the isolation: fix its tolerance in the source"
@@ -210,6 +213,15 @@ def canary_problems(results: dict[str, Result], limits: Limits, strict: bool = T
             "without an answer (fix: make their hidden cases test the student's code)"
         )
     return lines
+
+
+def code_flag_warnings(results: dict[str, Result]) -> list[str]:
+    """The lines of the source's own solutions that the reading of a hand-in's code flags
+    (:mod:`autograder.tamper`): every student who writes them as the solution does will be flagged too."""
+    return [
+        f"the source's solutions are flagged by the check of the code (so will students who write them so): {f.describe()}"
+        for f in results["solutions"].code_flags
+    ]
 
 
 def release_warnings(results: dict[str, Result]) -> list[str]:
@@ -369,7 +381,7 @@ def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float)
     if problems:  # only a canary that passed is kept to be decided again
         shutil.rmtree(proof.keep, ignore_errors=True)
     record = {
-        "warnings": [] if proof.strict else release_warnings(results),
+        "warnings": code_flag_warnings(results) + ([] if proof.strict else release_warnings(results)),
         "key": proof.key,
         "passed": not problems,
         "problems": problems,

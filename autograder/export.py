@@ -48,7 +48,8 @@ def result_row(line: Line) -> list[str]:
     r, late, whole = line.result, line.late, line.raw
     penalty = "" if r.is_error else f"{late.penalty:g}"
     times = [format_utc(late.submitted), format_utc(late.due)]
-    row = [r.student_id, line.final, f"{whole.max_score:g}", r.status, r.reason, "; ".join(r.flags)]
+    flags = [*r.flags, *(f.describe() for f in r.code_flags)]
+    row = [r.student_id, line.final, f"{whole.max_score:g}", r.status, r.reason, "; ".join(flags)]
     if r.written and not r.is_error:
         written = [r.exported_score(), f"{r.max_score:g}", f"{r.written_score:g}", f"{r.written_max:g}"]
         written.append(r.manual_grading())

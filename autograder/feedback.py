@@ -1,8 +1,9 @@
-"""One HTML page per student with test names, points, messages and the student's
-own code and output. Test code, hidden or public, never appears: nbgrader's own feedback shows hidden
-tests, so this page is built from the recorded results instead. Written answers are graded by hand: the
-page says which await manual grading and shows the points and comments given so far (read from the
-gradebook when the page is written, so writing it again after manual grading shows them)."""
+"""One HTML page per student with test names, points, messages and the student's own code and output, and
+the lines of that code the grader flagged for review, with why. Test code, hidden or public, never appears:
+nbgrader's own feedback shows hidden tests, so this page is built from the recorded results instead. Written
+answers are graded by hand: the page says which await manual grading and shows the points and comments
+given so far (read from the gradebook when the page is written, so writing it again after manual grading
+shows them)."""
 
 from __future__ import annotations
 
@@ -73,10 +74,30 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
 <p>Student: <b>{e(sid)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
 {f"<p>{e(late.explain())}</p>" if late and late.explain() else ""}
 {f'<div class="note"><p>About your notebook:</p><ul>{notes}</ul></div>' if notes else ""}
+{_code_flags(result, nb)}
 <h2>Tests</h2><table><tr><th>test</th><th>points</th><th>result</th><th>message</th></tr>{"".join(rows)}</table>
 {written}
 <h2>Your answers and their output</h2>{answers or "<p>(none could be shown)</p>"}
 </body></html>"""
+
+
+CODE_FLAGS_NOTE = (
+    "These lines of your code change something you did not define (the course's package, the grader's "
+    "checks, Python's or the notebook's own machinery). They do not change your points by themselves: your "
+    "instructor will look at them."
+)
+
+
+def _code_flags(result: Result, nb: str | None) -> str:
+    """The lines of the student's own code that the reading of the hand-in flagged (of the notebook ``nb``),
+    each with its cell, line and why ("" without any)."""
+    e = html.escape
+    items = "".join(
+        f"<li>{e(f.cell)}, line {f.line}: <code>{e(f.text)}</code><br>{e(f.why)}</li>"
+        for f in result.code_flags
+        if nb is None or not f.notebook or f.notebook == nb
+    )
+    return f'<div class="note"><p>{e(CODE_FLAGS_NOTE)}</p><ul>{items}</ul></div>' if items else ""
 
 
 def _test_rows(result: Result, nb: str | None) -> list[str]:

@@ -111,9 +111,11 @@ def results_json(result: Result) -> dict:
         if result.written
         else ""
     )
+    # the lines of the student's own code flagged for review (as the feedback page shows them): no points change
+    flagged = "".join(f"\nflagged for review, no points changed: {f.describe()}" for f in result.code_flags)
     return {
         "score": result.score,
-        "output": f"{result.status}: {result.reason}" + (f"\n{notes}" if notes else "") + written,
+        "output": f"{result.status}: {result.reason}" + (f"\n{notes}" if notes else "") + flagged + written,
         "tests": tests,
         "visibility": "visible",
         "stdout_visibility": "hidden",

@@ -1,5 +1,5 @@
-"""One submission's way through the grader: the declared :data:`STAGES` (repair -> sandbox_run -> verify ->
-keep -> status), each notebook of a hand-in in a kernel of its own, on the :class:`Batch` that every
+"""One submission's way through the grader: the declared :data:`STAGES` (repair -> tamper -> sandbox_run ->
+verify -> keep -> status), each notebook of a hand-in in a kernel of its own, on the :class:`Batch` that every
 submission of a grading run shares (built once: the course, the reference, the parsed source and release,
 the frameworks to warm).
 
@@ -23,7 +23,7 @@ import traceback
 import unicodedata
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -37,6 +37,7 @@ from autograder.result import STATUS, CellResult, Result
 from autograder.runner.isolation import Isolation
 from autograder.runner.protocol import CAPTURE_NAME
 from autograder.runner.sandbox import Limits, Outcome, Sandbox
+from autograder.tamper import given_code, scan
 from autograder.verify import Verdict, verify, written_results
 
 __all__ = ["STAGES", "Batch", "Job", "grade_one", "make_batch", "run_jobs", "stages"]
@@ -131,6 +132,14 @@ def repair_stage(b: Batch, g: Grading) -> bool:
         ]
         g.result.written = written_results(g.reference, None, unanswered=True)
         return False
+    return True
+
+
+def tamper_stage(b: Batch, g: Grading) -> bool:
+    """Read the answer cells of the notebook that will run for what changes what the student did not define
+    (:mod:`autograder.tamper`: the course package, the grader's recording, ``sys.modules``, the shell, frames):
+    nothing runs; the flags are for review, and decide no point."""
+    g.result.code_flags = scan(g.repaired.notebook, given=given_code(b.templates[g.nb].source))
     return True
 
 
@@ -262,7 +271,7 @@ def status_stage(b: Batch, g: Grading) -> bool:
         result.status = "timeout"
         result.reason = "a cell ran past the per-cell time limit; graded on what ran before"
     else:
-        result.status = "flagged" if result.flags else "graded"
+        result.status = "flagged" if result.flags or result.code_flags else "graded"
         result.reason = (
             f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].message}"
             if failed
@@ -276,6 +285,7 @@ def status_stage(b: Batch, g: Grading) -> bool:
 # feedback, export (see :mod:`autograder.batch` and :mod:`autograder.workflows`).
 STAGES = (
     ("repair", repair_stage),
+    ("tamper", tamper_stage),
     ("sandbox_run", run_stage),
     ("verify", verify_stage),
     ("keep", keep_stage),
@@ -400,6 +410,7 @@ def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str
         result.written += part.written
         result.notes += [named(nb, n) for n in part.notes]
         result.flags += [named(nb, f) for f in part.flags]
+        result.code_flags += [replace(f, notebook=nb) for f in part.code_flags]
         result.timings.update({(f"{nb}:{k}" if several else k): v for k, v in part.timings.items()})
         if part.seconds_in_sandbox is not None:
             result.seconds_in_sandbox = round((result.seconds_in_sandbox or 0) + part.seconds_in_sandbox, 2)

@@ -13,10 +13,11 @@ public check's expected value or tolerance (a public check raises in the kernel,
 lines ran; :func:`autograder.reference.source_inputs` draws that line), when the student handed in again,
 or when no capture was kept.
 
-The run itself did not change, so what it showed about tampering (the flags) is kept as it was. Each new
-result is recorded in the gradebook; the old one is kept in ``results/<AID>/history/``. Manual scores of
-written answers (given in formgrader) stay as they were: recording never overwrites them. Feedback pages
-are written again for the students whose score moved.
+The run itself did not change, so what it showed about tampering (the flags) is kept as it was, and so is
+what reading the hand-in's code flagged (``code_flags``). Each new result is recorded in the gradebook; the
+old one is kept in ``results/<AID>/history/``. Manual scores of written answers (given in formgrader) stay as
+they were: recording never overwrites them. Feedback pages are written again for the students whose score
+moved.
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ def decide_again(batch: Batch, old: Result, kept: dict) -> Result | None:
                 return None
         else:
             g.outcome = outcome
+            # the hand-in is the same: so is what reading its code flagged (the status stage counts it)
+            part.code_flags = [f for f in old.code_flags if f.notebook in ("", nb)]
             run_stages(batch, g, stages(*REDECIDE))
         parts.append((nb, part))
     merge_parts(result, parts, [])

@@ -1,9 +1,9 @@
 """A class report, from the recorded results: pass rate per test and a histogram of scores (text and PNG),
 and one HTML page per assignment for the instructor: the histogram, which case failed most in each test
 and with what message, time per submission, the isolation in force, grader errors, flagged submissions
-with their reasons, and a link to each student's feedback page. Scores are the autograded points; written
-answers (graded by hand) are reported apart: what has been graded and which submissions still await
-manual grading, as the gradebook holds them now."""
+with their reasons (the lines of their code that were flagged among them), and a link to each student's
+feedback page. Scores are the autograded points; written answers (graded by hand) are reported apart: what
+has been graded and which submissions still await manual grading, as the gradebook holds them now."""
 
 from __future__ import annotations
 
@@ -237,10 +237,13 @@ def _student_rows(course: Course, aid: str, everything: list[Result], out_dir: P
 def _flagged_items(course: Course, aid: str, rows: list[Result], out_dir: Path) -> tuple[str, str]:
     """The list items of flagged submissions and of alike pairs (with the similarity report's link)."""
     e = html.escape
+    several = len(course.notebooks(aid)) > 1
     flagged = "".join(
-        f"<li><b>{e(r.student_id)}</b>: {'; '.join(e(f) for f in r.flags) or e(r.reason)}</li>"
+        f"<li><b>{e(r.student_id)}</b>: {'; '.join(e(f) for f in r.flags) or ('' if r.code_flags else e(r.reason))}"
+        + code_flag_list(r, several)
+        + "</li>"
         for r in rows
-        if r.status == "flagged"
+        if r.status == "flagged" or r.code_flags
     )
     similar = "".join(
         f"<li><b>{e(p['student_a'])}</b> &amp; <b>{e(p['student_b'])}</b>: answers alike (similarity {e(p['similarity'])})</li>"
@@ -252,3 +255,16 @@ def _flagged_items(course: Course, aid: str, rows: list[Result], out_dir: Path) 
         href = relative(course.root / "reports" / aid / "similarity.html", out_dir)
         similar += f'<li><a href="{href}">the similarity report</a></li>'
     return flagged, similar
+
+
+def code_flag_list(result: Result, several_notebooks: bool = False) -> str:
+    """The lines of a result's answer cells that the reading of its code flagged (:mod:`autograder.tamper`),
+    each with its cell, line, code and why, as a list ("" without any)."""
+    e = html.escape
+    items = "".join(
+        f"<li>{e(f.notebook + '.ipynb, ' if several_notebooks and f.notebook else '')}{e(f.cell)}, line {f.line}: "
+        f"<code>{e(f.text)}</code>: {e(f.why)}</li>"
+        for f in result.code_flags
+    )
+    note = "lines of its code flagged (read as text, nothing run; the points are as the tests decided them)"
+    return f"<br>{note}:<ul>{items}</ul>" if items else ""

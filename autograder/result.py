@@ -11,6 +11,8 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
+from autograder.tamper import Flag
+
 
 class Status(NamedTuple):
     """A status a result can have: the symbol of the progress line, the words of the feedback page, and for a
@@ -86,7 +88,8 @@ class CellResult:
     groups: list[GroupResult] = field(default_factory=list)
     notebook: str = ""  # the notebook it is in (an assignment may have several)
     # "outside": from the data the run captured, against the reference; "kernel": a test cell without checks
-    # (plain asserts), decided as nbgrader decides it, from how the cell ran in the student's kernel
+    # (plain asserts), decided as nbgrader decides it, from how the cell ran in the student's kernel;
+    # "kernel-checks": a cell whose checks the source declares decided in the kernel (no outside evidence)
     decided: str = "outside"
 
     @classmethod
@@ -153,6 +156,9 @@ class Result:
     peak_memory_mb: float | None = None  # the sandbox at its largest (tree sampled; the kernel's own mark)
     detail: str = ""  # the child's last lines, for the instructor
     traceback: str = ""  # a grader bug's traceback
+    # lines of the answer cells that change what the student did not define, read from the submitted code
+    # (:mod:`autograder.tamper`, nothing run): for the instructor's review and the student's page, never points
+    code_flags: list[Flag] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in STATUS:
@@ -230,6 +236,7 @@ class Result:
             for c in self.cells
         ]
         data["written"] = [_plain(w) for w in self.written]
+        data["code_flags"] = [_plain(f) for f in self.code_flags]
         return data
 
     @classmethod
@@ -237,11 +244,12 @@ class Result:
         known = _known(cls, data)
         known["cells"] = [CellResult.from_dict(c) for c in data.get("cells", [])]
         known["written"] = [WrittenResult.from_dict(w) for w in data.get("written", [])]
+        known["code_flags"] = [Flag(**_known(Flag, f)) for f in data.get("code_flags", [])]
         return cls(**known)
 
 
 _FIELDS = {
-    cls: tuple(f.name for f in fields(cls)) for cls in (GroupResult, CellResult, WrittenResult, Result)
+    cls: tuple(f.name for f in fields(cls)) for cls in (GroupResult, CellResult, WrittenResult, Result, Flag)
 }
 
 
