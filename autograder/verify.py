@@ -177,13 +177,12 @@ def kernel_cell(grade_id: str, points: float, outputs: list | None) -> CellResul
                       "failed" if earned == 0 else "passed", decided="kernel")  # fmt: skip
 
 
-def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: dict | None = None) -> Verdict:
-    cases, values, problems = load_cases(capture)
-    kernel = kernel_verdicts(summary)
-    verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
-    forged = misplaced(reference, cases)
+def run_disagreements(forged: dict[str, str], summary: dict) -> list[str]:
+    """What the whole run did that a notebook which tampers with the tests does: recordings that earn nothing
+    (:func:`misplaced`), and errors the kernel was stopped from showing."""
+    found = []
     if forged:
-        verdict.disagreements.append(
+        found.append(
             f"{len(forged)} case(s) were recorded outside their own test cell or more than once, and earn "
             f"nothing (the notebook may forge the tests' recordings): {', '.join(sorted(forged)[:8])}"
         )
@@ -191,10 +190,19 @@ def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: d
         str(e.get("index")) for e in summary.get("cells", []) if isinstance(e, dict) and e.get("hidden_error")
     ]
     if hid:
-        verdict.disagreements.append(
+        found.append(
             f"the notebook stopped the kernel from showing the errors of code cell(s) {', '.join(hid[:10])} (it "
             "may tamper with the tests); each error was taken from the kernel's reply, as nbgrader does"
         )
+    return found
+
+
+def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: dict | None = None) -> Verdict:
+    cases, values, problems = load_cases(capture)
+    kernel = kernel_verdicts(summary)
+    verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
+    forged = misplaced(reference, cases)
+    verdict.disagreements += run_disagreements(forged, summary)
     for grade_id, cell in reference.cells.items():
         if cell.get("decided") == "kernel":
             verdict.cells.append(kernel_cell(grade_id, cell["points"], (kernel_outputs or {}).get(grade_id)))
