@@ -261,13 +261,14 @@ def case_groups(
     cases: list[Case],
     points: float,
     case_points: dict[str, float] | None = None,
-    conditions: set[str] | frozenset[str] = frozenset(),
+    conditions: set[str] | frozenset[str] | None = None,
 ) -> list[dict]:
     """How a graded test cell's points are shared among its cases: ``[{"name", "cases", "points"}]``; a
     group earns its points when every case in it passes.
 
     Only evidence the kernel could not forge earns points. ``conditions`` (:func:`answer_in_kernel`: public
-    checks, expected values in the test, bounds, small booleans) earn nothing by themselves: by default each
+    checks, expected values in the test, bounds, small booleans; by default as each case says of itself)
+    earn nothing by themselves: by default each
     joins the group of the nearest hidden case before it (else after it), so a failed condition still costs
     that group, and each other case is a group of its own, all worth the same share. A source may instead
     give points per case or per group in the cell's metadata,
@@ -278,7 +279,8 @@ def case_groups(
     always add up to the cell's points exactly.
     """
     names = [c.name for c in cases]
-    conditions = set(conditions) | {c.name for c in cases if answer_in_kernel(c)}
+    if conditions is None:  # as the case says of itself (a small boolean needs its value: see _decide_cells)
+        conditions = {c.name for c in cases if answer_in_kernel(c)}
     groups: dict[str, list[str]] = {}
     if case_points:
         # the most specific key first: exact names, then longer patterns (a notebook's JSON keeps keys sorted,

@@ -78,7 +78,8 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     isolation = resolve("auto")
     submit(course, "ada", filled(course, "T1"))
     submit(course, "cyd", filled(course, "T1", {"scale"}))
-    # ben's scale is right for the public case and 0.1% off on the hidden one (a negative factor)
+    # ben's scale is right for the public case and 0.1% off on the hidden one (a negative factor): the public
+    # case earns nothing by itself, so his scale earns nothing
     ben = filled(course, "T1")
     for cell in ben.cells:
         if nbgrader_meta(cell).get("grade_id") == "scale":
@@ -88,7 +89,7 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     submit(course, "ben", ben)
     submit(course, "dee", nbformat.writes(filled(course, "T1"))[:300])  # cut off: unreadable, nothing runs
     first = {r.student_id: r for r in grade(course, "T1", workers=2, limits=LIMITS, isolation=isolation)}
-    assert {s: r.score for s, r in first.items()} == {"ada": 100, "ben": 70, "cyd": 60, "dee": 0}
+    assert {s: r.score for s, r in first.items()} == {"ada": 100, "ben": 40, "cyd": 60, "dee": 0}
     assert first["dee"].status == "unreadable"
     assert all((course.kept_run("T1", s) / "run.json").is_file() for s in first if s != "dee")
 
@@ -112,10 +113,10 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     assert changes["dee"].new.status == "unreadable" and changes["dee"].new.reason == first["dee"].reason
     assert changes["dee"].new.reference == report.changes[0].new.reference != first["dee"].reference
     assert all("sandbox_run" not in c.new.timings for c in changes.values())  # no student code ran
-    assert changes["ben"].moved and changes["ben"].cells() == ["test_scale: 30 -> 60"]
+    assert changes["ben"].moved and changes["ben"].cells() == ["test_scale: 0 -> 60"]
     assert not changes["ada"].moved and not changes["cyd"].moved
     history = sorted((course.results_dir("T1") / "history").glob("*.json"))
-    assert [json.loads(p.read_text())["score"] for p in history if p.name.startswith("ben.")] == [70]
+    assert [json.loads(p.read_text())["score"] for p in history if p.name.startswith("ben.")] == [40]
     assert "100 / 100" in course.feedback_page("T1", "ben").read_text()
     from nbgrader.api import Gradebook
 
