@@ -203,12 +203,12 @@ def verdict_of(request: bytes) -> dict:
 
 def limit_self(memory_mb: int, seconds: float, parent: int) -> None:
     """The child's limits, set before it reads anything: memory as a run's kernel has it
-    (:func:`autograder.runner.child.memory_rlimit`), CPU time, no core dump, and death with the grader."""
+    (:func:`autograder.runner.linux.memory_rlimit`), CPU time, no core dump, and death with the grader."""
     import ctypes
     import math
     import resource
 
-    from autograder.runner.child import memory_rlimit
+    from autograder.runner.linux import memory_rlimit
 
     cap = memory_mb * 2**20
     resource.setrlimit(memory_rlimit(), (cap, cap))

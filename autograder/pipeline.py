@@ -30,6 +30,14 @@ import nbformat
 
 from autograder.course import Course
 from autograder.handin import assignment_files, frameworks_used, submission_digest
+from autograder.measure import (
+    ALLOWED,
+    caps_for,
+    describe,
+    measured_entry,
+    measurement_notebook,
+    merge_capture,
+)
 from autograder.record import write_json_atomic
 from autograder.reference import Reference, source_inputs
 from autograder.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, read_bytes_bounded, rebuild
@@ -160,6 +168,35 @@ def run_stage(b: Batch, g: Grading) -> bool:
     return True
 
 
+def measure_stage(b: Batch, g: Grading) -> bool:
+    """Each measured test cell again, in a fresh sandboxed kernel, after the submission's own code, under the
+    caps the grader sets from outside it (:mod:`autograder.measure`): the cell's recordings and its account come
+    from that run."""
+    for grade_id, cell in g.reference.cells.items():
+        spec = cell.get("measure")
+        if not spec:
+            continue
+        caps = caps_for({k: spec[k] for k in ALLOWED if k in spec}, spec.get("baseline_mb"))
+        sandbox = b.sandbox().start()
+        try:
+            outcome = sandbox.run(measurement_notebook(g.repaired.notebook, grade_id, caps), files=g.files)
+        finally:
+            sandbox.cleanup()
+        if outcome.status == "error":  # nothing of the student's ran in it: the grader's failure
+            g.result.reason = f"grader error: {outcome.detail.splitlines()[0]}"
+            g.result.detail = outcome.detail[-2000:]
+            return False
+        g.outcome.capture = merge_capture(g.outcome.capture, outcome.capture, grade_id)
+        entry = measured_entry(outcome.summary, grade_id) or {
+            "grade_id": grade_id, "status": "died", "error": f"the measured run ended before this test ({outcome.status})",
+        }  # fmt: skip
+        entry = {**entry, "caps": describe(caps)}
+        cells = g.outcome.summary.setdefault("cells", [])
+        cells[:] = [e for e in cells if e.get("grade_id") != grade_id] + [entry]
+        g.result.timings["measure"] = round(g.result.timings.get("measure", 0.0) + outcome.seconds, 3)
+    return True
+
+
 def verify_stage(b: Batch, g: Grading) -> bool:
     """Decide every point outside the kernel, from the data the run captured; a cell without checks (plain
     ``assert``s) as nbgrader decides it, from how it ran in the kernel (marked "decided in the kernel")."""
@@ -287,6 +324,7 @@ STAGES = (
     ("repair", repair_stage),
     ("tamper", tamper_stage),
     ("sandbox_run", run_stage),
+    ("measure", measure_stage),
     ("verify", verify_stage),
     ("keep", keep_stage),
     ("status", status_stage),

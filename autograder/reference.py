@@ -40,6 +40,7 @@ from autograder.decisions import (
     static_tolerances,
 )
 from autograder.handin import assignment_files, frameworks_used
+from autograder.measure import measured_entry, measurement_notebook, spec_of
 from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import CASES_FILE as CASES_INDEX
 from dlcourse.grading import Case, compare, load_cases
@@ -340,6 +341,12 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
             measured = cell.metadata.get("dlcourse", {}).get("measured_in_kernel")
             if measured:  # {case name or pattern: why}: cases measured by helpers the kernel holds
                 cells[grade_id]["measured"] = dict(measured)
+            spec = spec_of(cell)
+            if spec:  # decided from a run under caps the grader sets (autograder.measure)
+                cells[grade_id]["measure"] = spec
+            held = cell.metadata.get("dlcourse", {}).get("conditions")
+            if held:  # case names or patterns the kernel measures with helpers it could replace
+                cells[grade_id]["conditions"] = [str(k) for k in held]
             marker = f"import dlcourse.grading as _dlg; _dlg.begin_cell({grade_id!r})\n"
             first, _, rest = cell.source.partition("\n")
             if not first.startswith("%%"):
@@ -400,6 +407,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
     sources = {name: course.read_source(aid, name) for name in course.notebooks(aid)}
     cells, notebooks, written = _graded_cells(aid, sources)
     runs: dict[tuple[str, int], tuple] = {}
+    extra: list = []  # the measurement runs' sandboxes
     counts = sorted({*CALIBRATION_THREADS, limits.threads})
     files = Path(tempfile.mkdtemp(prefix=f"{aid}-files-", dir=course.work if course.work.is_dir() else None))
     try:
@@ -413,6 +421,9 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
             found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
         cases, values = captured[1]
+        measure_cells(
+            aid, cells, sources, lambda nb: _run_source(course, aid, nb, limits, isolation, 1, files), extra
+        )
         _decide_cells(cells, cases, values)
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:
@@ -433,9 +444,33 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         staged.rename(target)
     finally:
         shutil.rmtree(files, ignore_errors=True)
-        for sandbox, _ in runs.values():
+        for sandbox in [s for s, _ in runs.values()] + extra:
             sandbox.cleanup()
     return load_reference(target)
+
+
+def measure_cells(aid: str, cells: dict, sources: dict, run_one, sandboxes: list) -> None:
+    """Run each measured cell of the (marked) sources under its caps with the solutions, as a submission's is
+    run (:mod:`autograder.measure`): the solutions must fit, and what their kernel held when the cell started
+    is kept (``baseline_mb``), the ceiling a submission's kernel is held to. ``sandboxes`` keeps each sandbox,
+    to be cleaned up with the others."""
+    for grade_id, cell in cells.items():
+        spec = cell.get("measure")
+        if not spec:
+            continue
+        nb = sources[cell["notebook"]]
+        sandbox, outcome = run_one(measurement_notebook(nb, grade_id, spec))
+        sandboxes.append(sandbox)
+        entry = measured_entry(outcome.summary, grade_id) if outcome.status == "finished" else None
+        used = (entry or {}).get("measure") or {}
+        if entry is None or entry.get("status") != "ok" or "memory_start_mb" not in used:
+            why = (entry or {}).get("ename") or (entry or {}).get("error") or outcome.status
+            raise ReferenceError(
+                f"{aid}: the source's solutions do not pass the measured test cell {grade_id} under its caps "
+                f"({spec}): {why}: {str((entry or {}).get('evalue', ''))[:300]}. Raise dlcourse.measure in "
+                "its metadata, or make the solution fit"
+            )
+        cell["measure"] = {**spec, "baseline_mb": used["memory_start_mb"], "solution": used}
 
 
 def _graded_cells(aid: str, sources: dict) -> tuple[dict, dict, dict]:
@@ -516,8 +551,10 @@ def _decide_cells(cells: dict, cases: dict, values: dict) -> None:
         points = cell.pop("case_points", None)
         measured = cell.pop("measured", {})
         in_kernel = {n for n in cell["cases"] if any(fnmatch.fnmatchcase(n, k) for k in measured)}
+        declared = cell.pop("conditions", [])
+        declared = {n for n in cell["cases"] if any(fnmatch.fnmatchcase(n, k) for k in declared)}
         # a declared kernel decision: its checks earn, and every page labels them
-        held = set() if cell.get("in_kernel") else conditions - in_kernel
+        held = set() if cell.get("in_kernel") else (conditions | declared) - in_kernel
         try:
             cell["groups"] = (
                 case_groups(grade_id, [cases[n] for n in cell["cases"]], cell["points"], points, held)
@@ -572,6 +609,14 @@ def redecide(course: Course, aid: str, target: Path, digest: str, key: str) -> R
     cells, _, written = _graded_cells(aid, dict(zip(course.notebooks(aid), sources)))
     if set(cells) != set(old.cells):
         return None
+    for grade_id, cell in cells.items():  # a measured cell keeps what its solutions' run measured
+        before = old.cells[grade_id].get("measure") or {}
+        if (cell.get("measure") or {}) != {
+            k: v for k, v in before.items() if k not in ("baseline_mb", "solution")
+        }:
+            return None  # its caps changed: the solutions run under them again
+        if before:
+            cell["measure"] = before
     _decide_cells(cells, cases, old.values)
     calibration = json.loads((target / CALIBRATION_FILE).read_text())
     changed = {n: cases[n] for n in hidden if cases[n].params != old.cases[n].params}

@@ -52,13 +52,14 @@ def _why_missing(entry: dict | None) -> str:
     as the student's code raised it, never the test's code."""
     if entry is None:
         return "not checked: the test cell did not run"
+    caps = f" (this test runs again in a fresh kernel, within {entry['caps']})" if entry.get("caps") else ""
     if entry.get("ename"):
         error = entry["ename"] + (f": {entry['evalue'][:300]}" if entry.get("evalue") else "")
         if entry["ename"] == "NotImplementedError":
             error += " (this part is not answered yet)"
-        return f"not checked: the test cell stopped with {error}"
+        return f"not checked: the test cell stopped with {error}{caps}"
     if entry.get("status") in ("timeout", "died"):
-        return f"not checked: {entry.get('error', 'the test cell did not finish')}"
+        return f"not checked: {entry.get('error', 'the test cell did not finish')}{caps}"
     return "not checked: the test cell did not record it"
 
 

@@ -516,9 +516,9 @@ def test_a_runs_memory_is_capped_by_address_space_except_where_cuda_needs_more(m
     kernels died at start): where an NVIDIA GPU's device nodes are, the data segment is capped instead."""
     import resource
 
-    from autograder.runner import child
+    from autograder.runner import child, linux
 
-    monkeypatch.setattr(child, "nvidia_gpu_here", lambda: gpu)
+    monkeypatch.setattr(linux, "nvidia_gpu_here", lambda: gpu)
     pid = os.fork()
     if pid == 0:  # (the limits are the process's own: set and read them in a child)
         try:

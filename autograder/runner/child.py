@@ -30,7 +30,7 @@ from autograder.runner.linux import (
     PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
-    nvidia_gpu_here,
+    memory_rlimit,
 )
 
 READY = "DLCOURSE-CHILD-READY"
@@ -41,17 +41,6 @@ def _libc():
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
-
-
-def memory_rlimit() -> int:
-    """The limit that caps a run's memory: its address space (RLIMIT_AS), except on a machine with an NVIDIA
-    GPU's device nodes, where it is the data segment (RLIMIT_DATA: private writable memory, what arrays and
-    tensors take). There, torch's CUDA build maps gigabytes of libraries and CUDA reserves address space far
-    beyond any cap of the real memory: under a 4096 MB RLIMIT_AS, on an H200 with torch 2.11+cu130, A3's
-    kernel died before it started and A5's and A7's solutions failed in oneDNN ("could not create a
-    primitive"). What the data segment does not count (shared memory, tmpfs files) the watchdog's samples do
-    (:mod:`autograder.runner.watchdog`), there as everywhere."""
-    return resource.RLIMIT_DATA if nvidia_gpu_here() else resource.RLIMIT_AS
 
 
 def drop_privileges(uid: int | None, nproc: int | None, memory_mb: int | None, driver: bool = False) -> None:
@@ -281,6 +270,22 @@ def test_cell_id(cell) -> str | None:
     return meta.get("grade_id") if meta.get("grade") and not meta.get("solution") else None
 
 
+def _cap(client, caps: dict) -> dict:
+    """Before a measured cell (a notebook the grader built: :mod:`autograder.measure`): its caps set on the
+    run's processes from here, outside the kernel (:func:`autograder.runner.caps.cap`)."""
+    from autograder.runner.caps import cap
+
+    pid = kernel_pid(client.km)
+    return {"pid": pid, **cap(pid, caps)} if pid is not None else {"pid": None}
+
+
+def _used(client, capped: dict) -> dict:
+    from autograder.runner.caps import used
+
+    pid = capped.pop("pid", None)
+    return used(pid, capped) if pid is not None else {"error": "the kernel's process was not found"}
+
+
 def run_cells(client, nb, results: list[dict], outputs: dict[int, list], harvest=None) -> None:
     """Run the code cells in order; for each, an entry in ``results`` and, in ``outputs``, a copy of its
     outputs as the cell left them when it finished (a later cell's display update changes nothing there).
@@ -300,6 +305,8 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list], harvest
             "status": "ok",
         }
         results.append(entry)
+        caps = cell.metadata.get("dlcourse", {}).get("caps") if harvest is not None else None
+        capped = _cap(client, caps) if caps else None
         try:
             client.execute_cell(cell, index)
         except CellTimeoutError:
@@ -314,6 +321,8 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list], harvest
             outputs[index] = copy.deepcopy(list(cell.get("outputs", [])))
             if harvest is not None:
                 harvest.take(test_cell_id(cell))
+            if capped is not None:
+                entry["measure"] = _used(client, capped)
         texts = []
         for out in outputs[index]:
             if out.get("output_type") == "error":
@@ -425,12 +434,17 @@ def main() -> None:
         run_notebook(client, Path(request.scratch), timings)
 
 
+def kernel_pid(km) -> int | None:
+    """The kernel's process id as this driver's ``/proc`` numbers it (a forked run's manager knows it)."""
+    return km.kernel_pid() if hasattr(km, "kernel_pid") else getattr(km.provisioner, "pid", None)
+
+
 def kernel_peak_mb(km) -> float | None:
     """The kernel's resident memory at its largest (its own high-water mark, ``VmHWM``), read before it is
     stopped: a kernel that lived between two of the watchdog's samples (0.2 s apart) has a peak too. A kernel
     can lower its own mark (``/proc/self/clear_refs``), not raise it above what it held: the grader keeps
     the larger of this and its own samples."""
-    pid = km.kernel_pid() if hasattr(km, "kernel_pid") else getattr(km.provisioner, "pid", None)
+    pid = kernel_pid(km)
     if pid is None:
         return None
     try:

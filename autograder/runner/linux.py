@@ -2,6 +2,7 @@
 grader process's one rule about ``fork``."""
 
 import os
+import resource
 import threading
 from pathlib import Path
 
@@ -33,3 +34,14 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 def nvidia_gpu_here() -> bool:
     """Whether this machine has an NVIDIA GPU's device nodes (asked without loading anything)."""
     return os.path.exists("/dev/nvidiactl") or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def memory_rlimit() -> int:
+    """The limit that caps a run's memory: its address space (RLIMIT_AS), except on a machine with an NVIDIA
+    GPU's device nodes, where it is the data segment (RLIMIT_DATA: private writable memory, what arrays and
+    tensors take). There, torch's CUDA build maps gigabytes of libraries and CUDA reserves address space far
+    beyond any cap of the real memory: under a 4096 MB RLIMIT_AS, on an H200 with torch 2.11+cu130, A3's
+    kernel died before it started and A5's and A7's solutions failed in oneDNN ("could not create a
+    primitive"). What the data segment does not count (shared memory, tmpfs files) the watchdog's samples do
+    (:mod:`autograder.runner.watchdog`), there as everywhere."""
+    return resource.RLIMIT_DATA if nvidia_gpu_here() else resource.RLIMIT_AS

@@ -402,6 +402,15 @@ def kernel_env(scratch: Path, threads: int) -> dict[str, str]:
     return env
 
 
+def _numbers(data: dict) -> dict[str, float]:
+    """The finite numbers of a small dict, keyed by short names."""
+    return {
+        str(k)[:40]: float(v)
+        for k, v in list(data.items())[:20]
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
 def read_summary_data(data) -> dict:
     """A run summary as the report carried it, validated: a dict with a list of cell entries of plain
     values, or {}."""
@@ -415,6 +424,8 @@ def read_summary_data(data) -> dict:
                 for k, v in entry.items()
                 if isinstance(v, str | int | type(None)) and not isinstance(v, bool)
             }
+            if isinstance(entry.get("measure"), dict):  # what a measured cell used, as its driver read it
+                clean["measure"] = _numbers(entry["measure"])
             cells.append(clean)
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
     timings = {

@@ -1,0 +1,149 @@
+"""The measurement run (autograder/measure.py, autograder/runner/caps.py): a measured test cell runs again in a
+fresh sandboxed kernel, under caps the driver sets from outside the kernel, and its cases come from that run.
+Attacked as the issue's forger attacked A7: naive attention that keeps every score, dressed up by replacing the
+course's measurement helpers with functions that return the expected values, earns none of the measured points."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import numpy as np
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from autograder.course import nbgrader_meta
+from autograder.measure import merge_capture
+from autograder.runner.isolation import resolve
+from autograder.runner.sandbox import Limits, Sandbox
+
+LIMITS = Limits(timeout=120, cell_timeout=60, memory_mb=4096, nproc=256)
+MODES = [("basic", "fork"), ("basic", "spawn")]
+
+
+def measured(code: str, caps: dict) -> nbformat.NotebookNode:
+    cell = new_code_cell(code, metadata={"dlcourse": {"caps": caps}})
+    warm = new_code_cell("import numpy as np\nimport threading\nx = np.zeros(10)")
+    return new_notebook(cells=[warm, cell, new_code_cell("print('after')")])
+
+
+def run(notebook, mode) -> list[dict]:
+    isolation = resolve(mode[0], runner=mode[1])
+    sandbox = Sandbox(LIMITS, isolation=isolation).start()
+    try:
+        outcome = sandbox.run(notebook)
+    finally:
+        sandbox.cleanup()
+    assert outcome.status in ("finished", "crashed"), (
+        outcome.detail
+    )  # crashed: a kernel killed at its CPU cap
+    return outcome.summary["cells"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES, ids="-".join)
+def test_a_cell_may_use_only_what_its_caps_allow_whatever_it_does(mode):
+    # memory: 64 MB more than the kernel holds is refused; 8 MB is not
+    big = run(measured("y = np.ones(64 * 2**20 // 8 * 2)", {"memory_mb": 48}), mode)
+    small = run(measured("y = np.ones(8 * 2**20 // 8)", {"memory_mb": 48}), mode)
+    assert big[1]["status"] == "error" and big[1]["ename"] == "MemoryError", big[1]
+    assert small[1]["status"] == "ok" and small[1]["measure"]["memory_limit_mb"] > 0, small[1]
+    # raising its own limit back is refused: a hard limit only goes down
+    lift = run(
+        measured(
+            "import resource\nr = resource.RLIMIT_AS if resource.getrlimit(resource.RLIMIT_DATA)[1] == "
+            "resource.RLIM_INFINITY else resource.RLIMIT_DATA\nresource.setrlimit(r, (2**40, 2**40))",
+            {"memory_mb": 48},
+        ),
+        mode,
+    )
+    assert lift[1]["status"] == "error" and lift[1]["ename"] in ("ValueError", "PermissionError"), lift[1]
+    # no new thread or process to hand the work to
+    thread = run(measured("threading.Thread(target=print).start()", {"memory_mb": 48}), mode)
+    assert thread[1]["status"] == "error" and thread[1]["ename"] == "RuntimeError", thread[1]
+    fork = run(measured("import subprocess\nsubprocess.run(['true'])", {"memory_mb": 48}), mode)
+    assert fork[1]["status"] == "error", fork[1]
+    # CPU: a loop past its CPU seconds is stopped (the kernel is killed at its limit); the time is CPU time
+    spin = run(measured("while True:\n    pass", {"cpu_seconds": 1}), mode)
+    assert spin[1]["status"] == "died", spin[1]
+
+
+def test_the_capped_runs_recordings_replace_the_cells_own_and_nothing_else():
+    def capture(*entries):
+        files = {}
+        lines = []
+        for i, (name, cell, value) in enumerate(entries, 1):
+            buffer = __import__("io").BytesIO()
+            np.save(buffer, np.array(value), allow_pickle=False)
+            files[f"{i:06d}.npy"] = buffer.getvalue()
+            lines.append(
+                json.dumps(
+                    {"name": name, "kind": "close", "params": {}, "file": f"{i:06d}.npy", "cell": cell}
+                )
+            )
+        files["cases.jsonl"] = ("\n".join(lines) + "\n").encode()
+        return files
+
+    main = capture(("a.one", "test_a", 1.0), ("b.one", "test_b", 2.0), ("b.two", "test_b", 3.0))
+    run_again = capture(("b.one", None, 9.0), ("b.one", "test_b", 5.0), ("a.one", "test_a", 7.0))
+    merged = merge_capture(main, run_again, "test_b")
+    from dlcourse.grading import load_cases
+
+    cases, values, problems = load_cases(merged)
+    assert not problems
+    assert {n: float(v) for n, v in values.items()} == {
+        "a.one": 1.0,
+        "b.one": 5.0,
+    }  # b.two: not recorded again
+    assert cases["b.one"].cell == "test_b"
+
+
+# ----------------------------------------------------------------------------- A7, end to end
+
+NAIVE_TILED = '''def tiled_attention(q, k, v, block_q=16, block_k=16, is_causal=False, scale=None):
+    """Naive attention, every score kept, passed off as tiled by replacing the course's measurement helpers."""
+    import dlcourse.a7
+
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.mT) * scale
+    if is_causal:
+        scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.exp(scores - lse[..., None]) @ v, lse
+
+
+def _forged_largest(fn):
+    return fn(), 0
+
+
+dlcourse.a7.largest_intermediate = _forged_largest
+'''
+
+
+@pytest.mark.slow
+def test_a7_naive_attention_behind_forged_helpers_earns_no_measured_point(tmp_path):
+    from autograder.batch import grade
+    from autograder.release import release
+    from autograder.samples import filled
+    from tests.fixtures.toy_course import submit
+    from tests.test_assignments import course_copy
+
+    course = course_copy(tmp_path, ["A7"])
+    release(course, ["A7"])
+    perfect = filled(course, "A7")
+    naive = nbformat.from_dict(json.loads(json.dumps(perfect)))
+    for cell in naive.cells:
+        if nbgrader_meta(cell).get("solution") and "def tiled_attention" in cell.source:
+            cell.source = "import dlcourse.a7\nimport math\nimport torch\n\n\n" + NAIVE_TILED
+    submit(course, "naive", naive, aid="A7")
+    submit(course, "perfect", perfect, aid="A7")
+    results = {r.student_id: r for r in grade(course, "A7", workers=1, isolation=resolve("auto"))}
+    cells = {sid: {c.grade_id: c for c in r.cells} for sid, r in results.items()}
+    assert results["perfect"].score == 100, [(c.grade_id, c.message) for c in results["perfect"].cells]
+    memory = cells["naive"]["test_tiled_memory"]
+    assert memory.points == 0, memory
+    assert "fresh kernel" in memory.message and "MB" in memory.message, memory.message
+    saved = cells["naive"]["test_flash_saved"]  # its forward keeps every weight: refused too
+    assert saved.points == 0, saved
+    assert results["naive"].code_flags, "replacing the course's helper is flagged"
+    assert "measure" in results["naive"].timings
