@@ -68,6 +68,35 @@ def test_a_cell_may_use_only_what_its_caps_allow_whatever_it_does(mode):
     assert spin[1]["status"] == "died", spin[1]
 
 
+ORPHAN = """import os
+pid = os.fork()
+if pid == 0:  # a process that leaves the kernel's tree before the measured cell, to work for it unseen
+    os.setsid()
+    if os.fork() == 0:
+        import time
+        import numpy
+        time.sleep(2)
+        try:
+            numpy.ones(2**25)
+            verdict = "allocated"
+        except MemoryError:
+            verdict = "refused"
+        with open("orphan.txt", "w") as fh:
+            fh.write(verdict)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES, ids="-".join)
+def test_a_process_started_before_the_measured_cell_is_capped_too(mode):
+    notebook = measured("import time\ntime.sleep(4)\nprint(open('orphan.txt').read())", {"memory_mb": 48})
+    notebook.cells.insert(0, new_code_cell(ORPHAN))
+    cells = run(notebook, mode)
+    assert cells[2]["output"].strip() == "refused", cells
+
+
 def test_the_capped_runs_recordings_replace_the_cells_own_and_nothing_else():
     def capture(*entries):
         files = {}

@@ -27,6 +27,7 @@ from autograder.runner.linux import (
     PR_CAP_AMBIENT,
     PR_CAP_AMBIENT_CLEAR_ALL,
     PR_CAPBSET_DROP,
+    PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
@@ -405,6 +406,8 @@ def main() -> None:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
             sys.exit(3)
     drop_privileges(request.uid, request.nproc, request.memory, driver=True)
+    if not request.namespaces:  # (in its own namespace the driver is PID 1, where orphans go anyway)
+        _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a process that leaves the kernel's tree comes here
     if request.probe:
         sys.exit(probe(list(request.hide), list(request.reveal)))
     prepare_run(request)
