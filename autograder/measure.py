@@ -1,16 +1,18 @@
 """The measurement run: a test cell that grades how code runs is run again, in a fresh sandboxed kernel, under caps
 the grader sets from outside (:mod:`autograder.runner.caps`), and its cases are decided from that run.
 
-A source marks such a cell with ``metadata.dlcourse.measure`` (``{"memory_mb": 48}``, ``{"cpu_seconds": 4}``,
-or both): what the cell's code may use beyond what the kernel holds when the cell starts. For each measured cell
-the grader builds a notebook of the submission's own code (every code cell of the repaired notebook that is not a
-graded test: set-up, given code, the student's answers and added cells) followed by the measured cell twice: once
-to warm up (lazy imports, first-call caches), then under its caps. The values the capped run records replace the
-cell's recordings from the notebook's own run; a cell whose code needed more than its caps records nothing and its
-cases fail, with a message that says which cap. The reference runs the same notebook with the source's solutions
-(:func:`autograder.reference.measure_cells`): they must pass, and what the kernel held then is kept, so a notebook
-that grows its kernel beforehand (to reuse freed memory unseen) meets a ceiling: the solutions' baseline, the
-cell's allowance and :data:`SLACK_MB`.
+A source marks such a cell with ``metadata.dlcourse.measure``: ``memory_mb`` (what the cell's code may allocate
+beyond what the kernel holds when the cell starts), ``cpu_seconds`` (CPU time, not the wall clock), or
+``cpu_factor`` (CPU time as a multiple of what the solutions took on this machine, so the cap is the same on a
+faster or a slower grader). For each measured cell the grader builds a notebook of the submission's own code
+(every code cell of the repaired notebook that is not a graded test: set-up, given code, the student's answers
+and added cells) followed by the measured cell: under a memory cap twice, once to warm up (lazy imports,
+first-call caches) and then capped; under a CPU cap once. The values the capped run records replace the cell's
+recordings from the notebook's own run; a cell whose code needed more than its caps records nothing and its cases
+fail, with a message that says which cap. The reference runs the same notebook with the source's solutions
+(:func:`autograder.reference.measure_cells`): they must pass, and what they used is kept: the CPU seconds, and
+what the kernel held when the cell started, so a notebook that grows its kernel beforehand (to reuse freed memory
+unseen) meets a ceiling: the solutions' baseline, the cell's allowance and :data:`SLACK_MB`.
 
 Nothing of the kernel's is trusted here: the limits are set and read by the driver, and the values are decided
 outside as every case is.
@@ -31,7 +33,8 @@ CAPS_KEY = "caps"  # metadata.dlcourse.caps: set by the grader on the capped cop
 SLACK_MB = (
     192  # what a submission's kernel may hold beyond the solutions' before a measured cell (its imports)
 )
-ALLOWED = ("memory_mb", "cpu_seconds")
+ALLOWED = ("memory_mb", "cpu_seconds", "cpu_factor")
+MIN_CPU_SECONDS = 2.0  # a CPU cap is counted in whole seconds: never less than this
 
 
 def spec_of(cell) -> dict | None:
@@ -65,14 +68,16 @@ def measurement_notebook(notebook, grade_id: str, caps: dict) -> nbformat.Notebo
         cells.append(copy.deepcopy(cell))
     if measured is None:
         raise ValueError(f"the notebook has no test cell {grade_id!r}")
-    warm = nbformat.v4.new_code_cell(measured.source)
+    # a memory cap needs a warm-up (first calls load modules and fill caches); CPU seconds are counted from zero
+    warm = [nbformat.v4.new_code_cell(measured.source)] if "memory_mb" in caps else []
     capped = copy.deepcopy(measured)
     capped.metadata.setdefault("dlcourse", {})[CAPS_KEY] = dict(caps)
     capped.metadata["dlcourse"].pop(MEASURE_KEY, None)
-    for index, cell in enumerate([*cells, warm, capped]):
+    cells = [*cells, *warm, capped]
+    for index, cell in enumerate(cells):
         cell["id"] = f"measure-{index}"
         cell.outputs, cell.execution_count = [], None
-    return nbformat.v4.new_notebook(cells=[*cells, warm, capped], metadata=copy.deepcopy(notebook.metadata))
+    return nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(notebook.metadata))
 
 
 def merge_capture(main: dict[str, bytes], measured: dict[str, bytes], grade_id: str) -> dict[str, bytes]:
@@ -122,11 +127,16 @@ def measured_entry(summary: dict, grade_id: str) -> dict | None:
     return entries[-1] if entries else None
 
 
-def caps_for(spec: dict, baseline_mb: float | None) -> dict:
-    """The caps of a submission's measured cell: the cell's allowance, and a ceiling over the solutions'."""
-    caps = dict(spec)
+def caps_for(spec: dict, baseline_mb: float | None, solution_cpu: float | None = None) -> dict:
+    """The caps of a submission's measured cell: the cell's allowance, a ceiling over the solutions' memory,
+    and CPU seconds (``cpu_factor`` times what the solutions took on this machine, counted as a submission's
+    are: the same cap on a faster or a slower machine)."""
+    caps = {k: v for k, v in spec.items() if k != "cpu_factor"}
     if baseline_mb is not None and "memory_mb" in spec:
         caps["ceiling_mb"] = baseline_mb + spec["memory_mb"] + SLACK_MB
+    if "cpu_factor" in spec and solution_cpu is not None:
+        relative = max(MIN_CPU_SECONDS, spec["cpu_factor"] * solution_cpu)
+        caps["cpu_seconds"] = min(caps.get("cpu_seconds", relative), relative)
     return caps
 
 
@@ -136,5 +146,5 @@ def describe(spec: dict) -> str:
     if "memory_mb" in spec:
         parts.append(f"{spec['memory_mb']:g} MB of memory")
     if "cpu_seconds" in spec:
-        parts.append(f"{spec['cpu_seconds']:g} s of CPU")
+        parts.append(f"{spec['cpu_seconds']:.1f} s of CPU")
     return " and ".join(parts) + " beyond what the kernel held, no new process or thread"

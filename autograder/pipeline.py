@@ -176,7 +176,10 @@ def measure_stage(b: Batch, g: Grading) -> bool:
         spec = cell.get("measure")
         if not spec:
             continue
-        caps = caps_for({k: spec[k] for k in ALLOWED if k in spec}, spec.get("baseline_mb"))
+        solution = spec.get("solution") or {}
+        caps = caps_for(
+            {k: spec[k] for k in ALLOWED if k in spec}, spec.get("baseline_mb"), solution.get("cpu_seconds")
+        )
         sandbox = b.sandbox().start()
         try:
             outcome = sandbox.run(measurement_notebook(g.repaired.notebook, grade_id, caps), files=g.files)

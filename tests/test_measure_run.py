@@ -149,30 +149,81 @@ dlcourse.a7.largest_intermediate = _forged_largest
 '''
 
 
-@pytest.mark.slow
-def test_a7_naive_attention_behind_forged_helpers_earns_no_measured_point(tmp_path):
+def grade_with(tmp_path, aid: str, defines: str, code: str) -> dict:
+    """The perfect sample of ``aid`` and a copy whose answer cell that defines ``defines`` holds ``code``,
+    graded in a fresh copy of the course: {"perfect": Result, "forger": Result}."""
     from autograder.batch import grade
     from autograder.release import release
     from autograder.samples import filled
     from tests.fixtures.toy_course import submit
     from tests.test_assignments import course_copy
 
-    course = course_copy(tmp_path, ["A7"])
-    release(course, ["A7"])
-    perfect = filled(course, "A7")
-    naive = nbformat.from_dict(json.loads(json.dumps(perfect)))
-    for cell in naive.cells:
-        if nbgrader_meta(cell).get("solution") and "def tiled_attention" in cell.source:
-            cell.source = "import dlcourse.a7\nimport math\nimport torch\n\n\n" + NAIVE_TILED
-    submit(course, "naive", naive, aid="A7")
-    submit(course, "perfect", perfect, aid="A7")
-    results = {r.student_id: r for r in grade(course, "A7", workers=1, isolation=resolve("auto"))}
-    cells = {sid: {c.grade_id: c for c in r.cells} for sid, r in results.items()}
+    course = course_copy(tmp_path, [aid])
+    release(course, [aid])
+    perfect = filled(course, aid)
+    forger = nbformat.from_dict(json.loads(json.dumps(perfect)))
+    cell = next(c for c in forger.cells if nbgrader_meta(c).get("solution") and f"def {defines}(" in c.source)
+    cell.source = code
+    submit(course, "forger", forger, aid=aid)
+    submit(course, "perfect", perfect, aid=aid)
+    results = {r.student_id: r for r in grade(course, aid, workers=1, isolation=resolve("auto"))}
     assert results["perfect"].score == 100, [(c.grade_id, c.message) for c in results["perfect"].cells]
-    memory = cells["naive"]["test_tiled_memory"]
+    return results
+
+
+@pytest.mark.slow
+def test_a7_naive_attention_behind_forged_helpers_earns_no_measured_point(tmp_path):
+    naive = "import dlcourse.a7\nimport math\nimport torch\n\n\n" + NAIVE_TILED
+    results = grade_with(tmp_path, "A7", "tiled_attention", naive)
+    cells = {c.grade_id: c for c in results["forger"].cells}
+    memory = cells["test_tiled_memory"]
     assert memory.points == 0, memory
     assert "fresh kernel" in memory.message and "MB" in memory.message, memory.message
-    saved = cells["naive"]["test_flash_saved"]  # its forward keeps every weight: refused too
+    saved = cells["test_flash_saved"]  # its forward keeps every weight: refused too
     assert saved.points == 0, saved
-    assert results["naive"].code_flags, "replacing the course's helper is flagged"
-    assert "measure" in results["naive"].timings
+    assert results["forger"].code_flags, "replacing the course's helper is flagged"
+    assert "measure" in results["forger"].timings
+
+
+# A loop over the tensors (AdamW with foreach=False) that passes for a fused step: torch's profiler replaced by one
+# that counts one operation in the forger's own steps and a thousand in anyone else's.
+LOOP_BEHIND_A_FAKE_PROFILER = """import torch
+
+_stepping = {"mine": False}
+
+
+class _Counted(torch.optim.AdamW):
+    def step(self, closure=None):
+        _stepping["mine"] = True
+        return super().step(closure)
+
+
+class _FakeProfile:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __enter__(self):
+        _stepping["mine"] = False
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def key_averages(self):
+        return [type("Event", (), {"count": 1 if _stepping["mine"] else 1000})()]
+
+
+torch.profiler.profile = _FakeProfile
+
+
+def fast_optimizer(model, lr):
+    return _Counted(model.parameters(), lr=lr, foreach=False)
+"""
+
+
+@pytest.mark.slow
+def test_a5_a_loop_behind_a_fake_profiler_earns_no_fused_step_point(tmp_path):
+    results = grade_with(tmp_path, "A5", "fast_optimizer", LOOP_BEHIND_A_FAKE_PROFILER)
+    cell = next(c for c in results["forger"].cells if c.grade_id == "test_fast_optimizer")
+    assert cell.points == 0, cell
+    assert "CPU" in cell.message and "fresh kernel" in cell.message, cell.message

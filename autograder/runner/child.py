@@ -407,7 +407,9 @@ def main() -> None:
             sys.exit(3)
     drop_privileges(request.uid, request.nproc, request.memory, driver=True)
     if not request.namespaces:  # (in its own namespace the driver is PID 1, where orphans go anyway)
-        _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # a process that leaves the kernel's tree comes here
+        _libc().prctl(
+            PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0
+        )  # a process that leaves the kernel's tree comes here
     if request.probe:
         sys.exit(probe(list(request.hide), list(request.reveal)))
     prepare_run(request)
