@@ -49,11 +49,6 @@ def _answers(course: Course, aid: str, sid: str, nb: str | None = None) -> list[
     return answers
 
 
-KERNEL_NOTE = (
-    "decided in the kernel: this test has no checks, so, as in nbgrader, it passes when it runs in your "
-    "notebook without an error"
-)
-
 
 def render(course: Course, aid: str, result: Result, late: Late | None = None, nb: str | None = None) -> str:
     """The page of ``result``; for an assignment of several notebooks, the page of the notebook ``nb``
@@ -108,7 +103,7 @@ def _test_rows(result: Result, nb: str | None) -> list[str]:
         if nb is not None and cell.notebook and cell.notebook != nb:
             continue
         mark = '<span class="pass">passed</span>' if cell.passed else '<span class="fail">failed</span>'
-        message = cell.message + (f" ({KERNEL_NOTE})" if cell.decided == "kernel" else "")
+        message = cell.message + (f" ({cell.kernel_note})" if cell.kernel_note else "")
         rows.append(
             f"<tr><td>{e(cell.grade_id)}</td><td>{cell.points:g} / {cell.max_points:g}</td>"
             f"<td>{mark}</td><td>{e(message.strip())}</td></tr>"

@@ -69,10 +69,6 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
     return target
 
 
-KERNEL_NOTE = (
-    "(decided in the kernel: a test without checks passes when it runs without an error, as in nbgrader)"
-)
-
 
 def results_json(result: Result) -> dict:
     """Gradescope's results format: one test per graded cell; messages visible, test code never sent. The
@@ -88,7 +84,7 @@ def results_json(result: Result) -> dict:
             "output": "\n".join(
                 [cell.message or "passed"]
                 + [f"{g.name}: {g.points:g}/{g.max_points:g} {g.message or 'passed'}" for g in cell.groups]
-                + ([KERNEL_NOTE] if cell.decided == "kernel" else [])
+                + ([f"({cell.kernel_note})"] if cell.kernel_note else [])
             ),
             "visibility": "visible",
         }

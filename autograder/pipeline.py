@@ -30,6 +30,7 @@ import nbformat
 
 from autograder.course import Course
 from autograder.handin import assignment_files, frameworks_used, submission_digest
+from autograder.heldout import course_seed
 from autograder.measure import (
     ALLOWED,
     caps_for,
@@ -79,6 +80,7 @@ def make_batch(course: Course, aid: str, reference: Reference, limits: Limits, i
     """The shared part of grading ``aid``: every notebook's source and release read and parsed here, once."""
     names = list(reference.notebooks)
     templates = {nb: Template.read(course, aid, nb or None) for nb in names}
+    reference = replace(reference, heldout_seed=course_seed(course))
     return Batch(
         course, aid, reference, limits, isolation,
         warm=frameworks_used(course, aid),

@@ -79,6 +79,9 @@ class Reference:
     digest: str = ""  # what it was built from (:func:`source_digest`), read once when it is loaded
     run_key: str = ""  # what its recorded values depend on (:func:`autograder.decisions.run_key`)
     how: str = "found up to date"  # how this process got it: found, built, or decided again
+    heldout_seed: int | None = (
+        None  # the course's seed for held-out data (autograder.heldout), given to grade
+    )
 
     def notebook_of(self, grade_id: str) -> str:
         return next(
@@ -199,10 +202,16 @@ def answer_in_kernel(case: Case, value=None) -> bool:
     """Whether the kernel holds the answer to ``case`` (as the reference recorded it, with its ``value``), so
     that a notebook could record the passing value without doing the work: a public check or any check given
     its expected value in the test's code (the value is in the cell), a range or an accuracy check (the
-    bound, or the labels, are in the cell), or a small boolean (``True`` is a guess that passes). Such a case
+    bound, or the labels, are in the cell), a trained model's accuracy on inputs and labels the test handed
+    over (a notebook can fit them) rather than held-out ones (:mod:`autograder.heldout`), or a small boolean
+    (``True`` is a guess that passes). Such a case
     is a *condition*: it can take points away, never earn them (:func:`case_groups`)."""
+    if (
+        case.kind == "model_accuracy"
+    ):  # evaluated outside: on held-out data, or on inputs the test handed over
+        return not case.params.get("heldout")
     if case.public or case.expected_file is not None or case.kind in ("range", "accuracy"):
-        return case.kind != "model_accuracy"  # evaluated outside, on the reference's inputs
+        return True
     if value is None:
         return False
     value = np.asarray(value)

@@ -32,8 +32,9 @@ def pass_rates(rows: list[Result]) -> dict[str, tuple[int, int]]:
 
 
 def kernel_decided(rows: list[Result]) -> set[str]:
-    """The tests decided in the students' kernels (no checks: nbgrader's rule), by grade_id."""
-    return {c.grade_id for r in rows for c in r.cells if c.decided == "kernel"}
+    """The tests decided in the students' kernels (no checks: nbgrader's rule; or checks the course declares
+    without outside evidence), by grade_id."""
+    return {c.grade_id for r in rows for c in r.cells if c.kernel_note}
 
 
 def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
@@ -56,8 +57,8 @@ def write_report(course: Course, aid: str, out_dir: Path) -> tuple[str, Path]:
     ]
     if in_kernel:
         lines.append(
-            f"{len(in_kernel)} test(s) without checks are decided in the kernel, as nbgrader decides them (a "
-            "notebook can fake their pass); the others are decided outside it, from recorded values"
+            f"{len(in_kernel)} test(s) are decided in the kernel (no checks, as nbgrader decides them, or checks "
+            "the course declares without outside evidence): a notebook can fake their pass"
         )
     scores = [r.score for r in rows]
     lines.append(f"mean score {sum(scores) / len(scores):.1f} / {rows[0].max_score:g}")
@@ -208,7 +209,7 @@ def _test_rows(course: Course, aid: str, rows: list[Result]) -> list[str]:
         else:
             case = ""
         if gid in kernel_decided(rows):
-            case = "<i>decided in the kernel (no checks; nbgrader's rule)</i><br>" + case
+            case = "<i>decided in the kernel: a notebook can fake its pass</i><br>" + case
         tests.append(
             f"<tr><td>{e(gid)}</td><td class=num>{passed} / {n}</td><td class=num>{passed / n:.0%}</td><td>{case}</td></tr>"
         )

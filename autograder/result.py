@@ -74,6 +74,14 @@ class GroupResult:
         return cls(**_known(cls, data))
 
 
+KERNEL_NOTES = {
+    "kernel": "decided in the kernel: this test has no checks, so, as in nbgrader, it passes when it runs in your "
+    "notebook without an error",
+    "kernel-checks": "decided in the kernel: the course has no evidence for this test outside your notebook yet "
+    "(its rules table says so), so its checks count as your notebook reported them",
+}
+
+
 @dataclass
 class CellResult:
     """One graded test cell: the points it earned, and why. ``passed`` only when every case passed; the
@@ -91,6 +99,11 @@ class CellResult:
     # (plain asserts), decided as nbgrader decides it, from how the cell ran in the student's kernel;
     # "kernel-checks": a cell whose checks the source declares decided in the kernel (no outside evidence)
     decided: str = "outside"
+
+    @property
+    def kernel_note(self) -> str:
+        """What a page says of a test decided in the student's kernel ("" for one decided outside it)."""
+        return KERNEL_NOTES.get(self.decided, "")
 
     @classmethod
     def from_dict(cls, data: dict) -> CellResult:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.evaluate import evaluate_model
+from autograder.heldout import heldout_case
 from autograder.reference import Reference
 from autograder.result import CellResult, GroupResult, WrittenResult
 from dlcourse.closeness import ATOL, RTOL
@@ -74,9 +75,14 @@ def tampered_public_check(
     if trusted.kind in ("range", "accuracy"):  # bounds or labels, not a value
         return safe_compare(trusted, None, values[name]) is not None
     if trusted.kind == "model_accuracy":  # the fixed architecture is the reference's: always checked
-        return safe_compare(trusted, reference.values[name], values[name]) is not None
+        return safe_compare(held_out(trusted, reference), reference.values[name], values[name]) is not None
     expected = load_expected(capture, cases[name])
     return expected is None or safe_compare(trusted, expected, values[name]) is not None
+
+
+def held_out(case: Case, reference: Reference) -> Case:
+    """``case``, evaluated on the grader's held-out data where it asks for it (:mod:`autograder.heldout`)."""
+    return heldout_case(case, reference.heldout_seed)
 
 
 def safe_compare(case: Case, reference, got) -> str | None:
@@ -119,7 +125,7 @@ def case_problem(
         return forged[name]
     if name not in values:
         return f"{name}: {_why_missing(entry)}"
-    case = reference.cases[name]
+    case = held_out(reference.cases[name], reference)
     problem = safe_compare(case, reference.values[name], values[name]) or ""
     if problem and not case.public and case.kind in ("close", "equal"):
         return hidden_message(case, reference.values[name], values[name])

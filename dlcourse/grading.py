@@ -419,13 +419,16 @@ def check_model_accuracy(
     *,
     architecture: str = "fixed",
     max_parameters: int | None = None,
+    heldout: dict | None = None,
 ) -> None:
     """Case ``name``: the trained ``model`` must classify ``inputs`` as ``labels`` on at least the fraction
     ``at_least``. The grader records the model itself, as plain data (:mod:`dlcourse.modeldata`: an
     ``nn.Sequential`` of common layers, or a two-layer net's ``params``), and works the accuracy out on the
     reference's inputs and labels, which the student's kernel never hands over. ``architecture="fixed"``:
     the model must be built as the test builds it (the reference's); ``"any"``: the student designs it,
-    within ``max_parameters`` trainable parameters."""
+    within ``max_parameters`` trainable parameters. ``heldout`` (``{"data": "shapes", "like": {...}}``): the
+    grader evaluates the model on images and labels it draws itself, which this kernel never receives
+    (:mod:`autograder.heldout`); ``inputs`` and ``labels`` then only tell the student where they stand."""
     if architecture not in ("fixed", "any"):
         raise ValueError("architecture is 'fixed' or 'any'")
     try:
@@ -440,6 +443,8 @@ def check_model_accuracy(
         "architecture": architecture,
         "max_parameters": max_parameters,
     }
+    if heldout is not None:
+        params["heldout"] = dict(heldout)
     _case(name, "model_accuracy", params, value, None, public=True)
 
 

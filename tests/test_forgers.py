@@ -199,3 +199,16 @@ def test_public_checks_bounds_and_small_booleans_earn_nothing_by_themselves():
     # points a source gave a public check go, with it, to the hidden check beside it
     groups = case_groups("cell", [public, value], 10.0, {"a.public": 4}, conditions)
     assert [(g["cases"], g["points"]) for g in groups] == [(["a.hidden_value", "a.public"], 10.0)]
+
+
+def test_points_a_source_declares_decided_in_the_kernel_are_labelled_so_on_every_page():
+    from autograder.gradescope import results_json
+    from autograder.report import kernel_decided
+    from autograder.result import CellResult, Result
+
+    cell = CellResult("test_quiz", 9.0, 9.0, True, decided="kernel-checks")
+    result = Result("ada", "A2", 9.0, score=9.0, cells=[cell])
+    assert "no evidence for this test outside your notebook" in cell.kernel_note
+    assert kernel_decided([result]) == {"test_quiz"}
+    assert "decided in the kernel" in results_json(result)["tests"][0]["output"]
+    assert CellResult("test_values", 5.0, 5.0, True).kernel_note == ""
