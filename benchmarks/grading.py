@@ -66,6 +66,7 @@ TIMING_KEYS = (
     "child_notebook",
     "verify",
     "record",
+    "measure",
 )
 TARGETS = {
     # a new instructor's first class: the heaviest torch assignment, nothing cached, the proof included
@@ -345,7 +346,15 @@ def overhead(rows: list[dict], wall: float, workers: int) -> dict:
     for r in ran:
         t = r["timings"]
         wait = t["sandbox_run"] - t.get("child_notebook", 0.0)
-        rest = max(0.0, r.get("seconds", 0.0) - t["repair"] - t["sandbox_run"] - t.get("verify", 0.0))
+        # the measurement run (autograder.measure) is reported apart: its own kernel and the cells it measures
+        rest = max(
+            0.0,
+            r.get("seconds", 0.0)
+            - t["repair"]
+            - t["sandbox_run"]
+            - t.get("verify", 0.0)
+            - t.get("measure", 0.0),
+        )
         waited.append(wait)
         other.append(rest)
         on_path.append(t["repair"] + wait + t.get("verify", 0.0) + t.get("record", 0.0) + rest)
@@ -357,6 +366,9 @@ def overhead(rows: list[dict], wall: float, workers: int) -> dict:
         "median_grade_one_other": median(other),
         "median_overhead_on_critical_path": median(on_path),
         "median_submission_seconds": median([r.get("seconds", 0.0) for r in ran]),
+        "median_measurement_run_seconds": median(
+            [r["timings"]["measure"] for r in ran if "measure" in r["timings"]]
+        ),
         "worker_seconds_outside_grade_one_per_submission": round((wall * workers - busy) / len(rows), 3)
         if rows
         else None,

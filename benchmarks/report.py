@@ -272,6 +272,10 @@ def grading_section(name: str, run: dict) -> list[str]:
         + [fmt(a["overhead"]["median_grade_one_other"]) for a in assignments],
         ["**overhead on the critical path** (repair + run minus notebook + verify + record + rest)"]
         + [fmt(a["overhead"]["median_overhead_on_critical_path"]) for a in assignments],
+        [
+            "the measurement run (measured cells again, under caps set outside the kernel), apart from the overhead"
+        ]
+        + [fmt(a["overhead"].get("median_measurement_run_seconds")) for a in assignments],
         ["whole submission (grade_one)"]
         + [fmt(a["overhead"]["median_submission_seconds"]) for a in assignments],
         ["of the notebook: the assignment's set-up cell (imports, banner)"]
@@ -350,7 +354,14 @@ def worker_memory(assignment: dict) -> dict | None:
 def critical_path(timings: dict, seconds: float) -> float:
     """A submission's overhead on the critical path, as ``benchmarks.grading.overhead`` counts it."""
     wait = timings["sandbox_run"] - timings.get("child_notebook", 0.0)
-    rest = max(0.0, seconds - timings["repair"] - timings["sandbox_run"] - timings.get("verify", 0.0))
+    rest = max(
+        0.0,
+        seconds
+        - timings["repair"]
+        - timings["sandbox_run"]
+        - timings.get("verify", 0.0)
+        - timings.get("measure", 0.0),
+    )
     return timings["repair"] + wait + timings.get("verify", 0.0) + timings.get("record", 0.0) + rest
 
 

@@ -227,3 +227,31 @@ def test_a5_a_loop_behind_a_fake_profiler_earns_no_fused_step_point(tmp_path):
     cell = next(c for c in results["forger"].cells if c.grade_id == "test_fast_optimizer")
     assert cell.points == 0, cell
     assert "CPU" in cell.message and "fresh kernel" in cell.message, cell.message
+
+
+@pytest.mark.slow
+def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
+    """A grade must not move with the grading machine's load: A5's correct samples (its timed part now measured in
+    CPU seconds relative to the solutions') graded while two processes keep every core busy."""
+    import subprocess
+    import sys
+
+    from autograder.batch import grade
+    from autograder.release import release
+    from autograder.samples import samples
+    from tests.test_assignments import MAIN, course_copy
+
+    course = course_copy(tmp_path, ["A5"])
+    release(course, ["A5"])
+    for name in ("perfect", "colab"):
+        path = course.submission("A5", name)
+        path.parent.mkdir(parents=True)
+        path.write_text(samples(MAIN, "A5")[name])
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        results = {r.student_id: r for r in grade(course, "A5", workers=2, isolation=resolve("auto"))}
+    finally:
+        for process in busy:
+            process.kill()
+    for name, result in results.items():
+        assert result.score == 100, (name, [(c.grade_id, c.message) for c in result.cells if not c.passed])
