@@ -41,11 +41,15 @@ integers, strings, booleans, shapes), :func:`check_range` (a scalar within bound
 records only the model's parameters; the architecture, inputs and labels come from the reference). The
 kind and its parameters are always taken from the reference, never from the student's kernel.
 
-What a kernel records is the submission's word: a ``range`` or ``accuracy`` case judges a number or
-predictions the kernel computed, and the kernel also holds the labels, so those cases show a student
-where they stand but a notebook that rewrites the recorder can pass them. A graded property of a trained
-model is a ``model_accuracy`` case: to pass it, the recorded parameters must classify the reference's
-inputs, which takes a trained model.
+What a kernel records is the submission's word, so the grader gives points only to evidence the kernel could not
+forge: a value the student's code returned on inputs whose answer the kernel never held (a hidden case without an
+``expected``). A public check, an ``expected`` written in a test, a ``range`` or ``accuracy`` bound, a small
+boolean, and a model's accuracy on labels the test handed over are *conditions*: they can take a group's points
+away, never earn them (``autograder/reference.py: answer_in_kernel``). A recording counts only from the test cell
+that owns it, once: the grader's driver tags each with the cell that ran, whatever ``cell`` this module writes. A
+trained model can be graded on data the grader draws itself (``heldout=`` of :func:`check_model_accuracy`), and a
+test cell that grades how code runs is run again under caps the grader sets outside the kernel
+(``autograder/measure.py``).
 """
 
 from __future__ import annotations
