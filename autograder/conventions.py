@@ -169,14 +169,16 @@ def written_problems(nb) -> list[str]:
 
 def notes(course: Course, aid: str) -> list[str]:
     """What in ``aid``'s source the grader handles but an author may not mean: hidden checks given an
-    expected value (graded as hidden, see :func:`autograder.reference.hidden_case_names`)."""
+    expected value (hidden conditions, see :func:`autograder.reference.hidden_case_names` and
+    :func:`autograder.reference.answer_in_kernel`)."""
     found = []
     for cell in course.read_source(aid).cells:
         if is_graded_test(cell):
             for name in hidden_checks_with_expected(cell.source):
                 found.append(
                     f"{nbgrader_meta(cell).get('grade_id')}: the hidden check {name} is given an expected value; "
-                    "it is graded as a hidden case (its own share, the value never shown), check(name, value) says so"
+                    "the value is in the test, so the kernel holds it: a condition that can take points away, never "
+                    "earn them (its value never shown); check(name, value) compares with the solution's instead"
                 )
     return found
 

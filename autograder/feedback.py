@@ -49,7 +49,6 @@ def _answers(course: Course, aid: str, sid: str, nb: str | None = None) -> list[
     return answers
 
 
-
 def render(course: Course, aid: str, result: Result, late: Late | None = None, nb: str | None = None) -> str:
     """The page of ``result``; for an assignment of several notebooks, the page of the notebook ``nb``
     (its tests, answers and output) under the assignment's score."""

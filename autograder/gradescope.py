@@ -69,7 +69,6 @@ def build_package(course: Course, aid: str, target: Path) -> Path:
     return target
 
 
-
 def results_json(result: Result) -> dict:
     """Gradescope's results format: one test per graded cell; messages visible, test code never sent. The
     score is the autograded points; each written answer is listed, unscored, as awaiting manual grading."""

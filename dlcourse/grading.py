@@ -35,7 +35,8 @@ reference run           the grader runs the source with ``DLCOURSE_CAPTURE`` and
 ======================  ==========================================================================
 
 The kinds of case: :func:`check` (values close within rtol/atol), :func:`check_equal` (exactly equal:
-integers, strings, booleans, shapes), :func:`check_range` (a scalar within bounds),
+integers, strings, booleans, shapes), :func:`check_one_of` (one of several answers that only the solution names),
+:func:`check_range` (a scalar within bounds),
 :func:`check_accuracy` (predictions whose accuracy against labels is at least a threshold), and
 :func:`check_model_accuracy` (a trained model's accuracy, worked out outside the kernel: the kernel
 records only the model's parameters; the architecture, inputs and labels come from the reference). The
@@ -349,6 +350,16 @@ def compare(case: Case, reference, got) -> str | None:
         return None
     if case.kind == "model_accuracy":
         return _model_problem(case, reference, got)
+    if case.kind == "one_of":
+        a, accepted = np.asarray(got), np.asarray(p.get("accepted", []))
+        if (
+            a.size == 1
+            and a.dtype.kind in "biufUS"
+            and accepted.size
+            and bool(np.any(accepted == a.reshape(())))
+        ):
+            return None
+        return f"{case.name}: {_short(a)} is not an accepted answer"
     if case.kind == "accuracy":
         labels = np.asarray(p["labels"])
         preds = np.asarray(got)
@@ -401,6 +412,15 @@ def check(name: str, got, expected=None, *, rtol: float = RTOL, atol: float = AT
 def check_equal(name: str, got, expected=None) -> None:
     """Case ``name``: ``got`` must equal ``expected`` exactly (integers, strings, booleans, shapes)."""
     _case(name, "equal", {}, got, expected)
+
+
+def check_one_of(name: str, got, accepted=None) -> None:
+    """Case ``name`` (hidden): ``got`` must be one of the accepted answers, which the reference records from
+    ``accepted`` as the source's solution cell defines it (a quiz with several right answers: the accepted ones
+    live in the solution, so they reach the reference run and never a student's kernel, where ``accepted`` is
+    None). The kind and the accepted answers are the reference's, never the kernel's."""
+    params = {"accepted": plain_value(list(accepted)).tolist()} if accepted is not None else {}
+    _case(name, "one_of", params, got, None, public=False)
 
 
 def check_range(name: str, got, low: float | None = None, high: float | None = None) -> None:

@@ -212,3 +212,20 @@ def test_points_a_source_declares_decided_in_the_kernel_are_labelled_so_on_every
     assert kernel_decided([result]) == {"test_quiz"}
     assert "decided in the kernel" in results_json(result)["tests"][0]["output"]
     assert CellResult("test_values", 5.0, 5.0, True).kernel_note == ""
+
+
+def test_a_quiz_with_several_right_answers_keeps_them_from_the_kernel():
+    """A2's bug report: the accepted lines are the solution's, recorded by the reference's run only; the release
+    (what a student's kernel runs) never names them, and any one of them earns the case."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from dlcourse.grading import Case, compare
+
+    case = Case("a2.bug_report.hidden_second", "one_of", {"accepted": [9, 3, 5]})
+    assert compare(case, None, np.int64(3)) is None and compare(case, None, np.int64(5)) is None
+    assert "not an accepted answer" in compare(case, None, np.int64(4))
+    assert compare(case, None, np.array([3, 5])) is not None  # one answer, not a list of guesses
+    release = (Path(__file__).resolve().parents[1] / "assignments" / "A2" / "A2.ipynb").read_text()
+    assert "ACCEPTED = {" not in release and "{3, 5, 9}" not in release

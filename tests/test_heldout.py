@@ -41,7 +41,9 @@ def test_a_draw_depends_on_the_seed_alone_and_is_standardised_as_the_training_im
 
 
 def test_the_handed_labels_are_replaced_and_a_missing_seed_is_refused():
-    case = Case("a.model", "model_accuracy", {"inputs": [[0.0]], "labels": [1], "at_least": 0.5, "heldout": SPEC})
+    case = Case(
+        "a.model", "model_accuracy", {"inputs": [[0.0]], "labels": [1], "at_least": 0.5, "heldout": SPEC}
+    )
     drawn = heldout_case(case, 99)
     assert len(drawn.params["labels"]) == 300 and drawn.params["labels"] != [1]
     with pytest.raises(RuntimeError, match="no held-out seed"):
