@@ -6,8 +6,11 @@ beyond what the kernel holds when the cell starts), ``cpu_seconds`` (CPU time, n
 ``cpu_factor`` (CPU time as a multiple of what the solutions took on this machine, so the cap is the same on a
 faster or a slower grader). For each measured cell the grader builds a notebook of the submission's own code
 (every code cell of the repaired notebook that is not a graded test: set-up, given code, the student's answers
-and added cells) followed by the measured cell: under a memory cap twice, once to warm up (lazy imports,
-first-call caches) and then capped; under a CPU cap once. The values the capped run records replace the cell's
+and added cells) followed by the measured cell, once, under its caps (no warm-up run of it: a value computed
+there could be kept and handed back; what first calls load counts against the allowance, for the solutions too).
+CPU time is capped from the first cell on, memory from the measured cell on. Just before the measured cell the
+grader sets ``MEASURE_SEED``, a number made from the course's secret seed, which the cell takes its inputs from:
+an answer cell cannot compute their answers beforehand, outside the caps, to hand them back fast. The values the capped run records replace the cell's
 recordings from the notebook's own run; a cell whose code needed more than its caps records nothing and its cases
 fail, with a message that says which cap. The reference runs the same notebook with the source's solutions
 (:func:`autograder.reference.measure_cells`): they must pass, and what they used is kept: the CPU seconds, and
@@ -29,6 +32,7 @@ from autograder.course import is_graded_test, nbgrader_meta
 from autograder.runner.caps import MEASURE_KEY
 from autograder.runner.protocol import CASES_FILE
 
+SEED_NAME = "MEASURE_SEED"  # what a measured cell reads its inputs' seed from (its own default where unset)
 CAPS_KEY = "caps"  # metadata.dlcourse.caps: set by the grader on the capped copy only; the driver enforces it
 SLACK_MB = (
     192  # what a submission's kernel may hold beyond the solutions' before a measured cell (its imports)
@@ -54,9 +58,13 @@ def spec_of(cell) -> dict | None:
     return dict(spec)
 
 
-def measurement_notebook(notebook, grade_id: str, caps: dict) -> nbformat.NotebookNode:
-    """The submission's own code and the test cell ``grade_id``, run once to warm up (without its nbgrader
-    metadata: what it records there is no test's) and once under ``caps``."""
+def measurement_notebook(
+    notebook, grade_id: str, caps: dict, seed: int | None = None
+) -> nbformat.NotebookNode:
+    """The submission's own code, then the test cell ``grade_id``, under ``caps``: CPU seconds from the first
+    cell on (work done by an answer cell before the test, to be handed back by it, counts too), memory from the
+    test cell on (an answer cell may import what it likes). ``seed``: set as ``MEASURE_SEED`` just before the
+    test cell, so that its inputs cannot be known, and their answers computed, before the caps bind."""
     cells, measured = [], None
     for cell in notebook.cells:
         if cell.cell_type != "code":
@@ -66,18 +74,30 @@ def measurement_notebook(notebook, grade_id: str, caps: dict) -> nbformat.Notebo
                 measured = cell
             continue
         cells.append(copy.deepcopy(cell))
-    if measured is None:
-        raise ValueError(f"the notebook has no test cell {grade_id!r}")
-    # a memory cap needs a warm-up (first calls load modules and fill caches); CPU seconds are counted from zero
-    warm = [nbformat.v4.new_code_cell(measured.source)] if "memory_mb" in caps else []
+    if measured is None or not cells:
+        raise ValueError(f"the notebook has no test cell {grade_id!r}, or no code before it")
+    if "cpu_seconds" in caps:
+        cells[0].metadata.setdefault("dlcourse", {})[CAPS_KEY] = {"cpu_seconds": caps["cpu_seconds"]}
+    if seed is not None:
+        cells.append(nbformat.v4.new_code_cell(f"{SEED_NAME} = {int(seed)}"))
     capped = copy.deepcopy(measured)
-    capped.metadata.setdefault("dlcourse", {})[CAPS_KEY] = dict(caps)
+    capped.metadata.setdefault("dlcourse", {})[CAPS_KEY] = {
+        k: v for k, v in caps.items() if k != "cpu_seconds"
+    }
     capped.metadata["dlcourse"].pop(MEASURE_KEY, None)
-    cells = [*cells, *warm, capped]
+    cells.append(capped)
     for index, cell in enumerate(cells):
         cell["id"] = f"measure-{index}"
         cell.outputs, cell.execution_count = [], None
     return nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(notebook.metadata))
+
+
+def measure_seed(course_seed: int, grade_id: str) -> int:
+    """The inputs' seed of a measured cell: the course's secret seed (:func:`autograder.heldout.course_seed`)
+    and the cell, as a number a generator takes."""
+    import hashlib
+
+    return int(hashlib.sha256(f"{course_seed}:{grade_id}".encode()).hexdigest()[:8], 16)
 
 
 def merge_capture(main: dict[str, bytes], measured: dict[str, bytes], grade_id: str) -> dict[str, bytes]:
@@ -122,7 +142,7 @@ def _entries(capture: dict[str, bytes]) -> list[dict]:
 
 
 def measured_entry(summary: dict, grade_id: str) -> dict | None:
-    """The capped run's account of the cell ``grade_id`` (the last entry of that id: the warm-up has none)."""
+    """The capped run's account of the cell ``grade_id``."""
     entries = [e for e in summary.get("cells", []) if isinstance(e, dict) and e.get("grade_id") == grade_id]
     return entries[-1] if entries else None
 

@@ -35,6 +35,7 @@ from autograder.measure import (
     ALLOWED,
     caps_for,
     describe,
+    measure_seed,
     measured_entry,
     measurement_notebook,
     merge_capture,
@@ -43,6 +44,7 @@ from autograder.record import write_json_atomic
 from autograder.reference import Reference, source_inputs
 from autograder.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, read_bytes_bounded, rebuild
 from autograder.result import STATUS, CellResult, Result
+from autograder.runner.caps import over_cpu
 from autograder.runner.isolation import Isolation
 from autograder.runner.protocol import CAPTURE_NAME
 from autograder.runner.sandbox import Limits, Outcome, Sandbox
@@ -184,17 +186,25 @@ def measure_stage(b: Batch, g: Grading) -> bool:
         )
         sandbox = b.sandbox().start()
         try:
-            outcome = sandbox.run(measurement_notebook(g.repaired.notebook, grade_id, caps), files=g.files)
+            seed = measure_seed(g.reference.heldout_seed, grade_id)
+            outcome = sandbox.run(
+                measurement_notebook(g.repaired.notebook, grade_id, caps, seed), files=g.files
+            )
         finally:
             sandbox.cleanup()
         if outcome.status == "error":  # nothing of the student's ran in it: the grader's failure
             g.result.reason = f"grader error: {outcome.detail.splitlines()[0]}"
             g.result.detail = outcome.detail[-2000:]
             return False
-        g.outcome.capture = merge_capture(g.outcome.capture, outcome.capture, grade_id)
         entry = measured_entry(outcome.summary, grade_id) or {
             "grade_id": grade_id, "status": "died", "error": f"the measured run ended before this test ({outcome.status})",
         }  # fmt: skip
+        over = over_cpu(entry.get("measure") or {}, caps.get("cpu_seconds"))
+        if (
+            over
+        ):  # each process kept within its own limit, but not all of them together: nothing it recorded counts
+            entry = {**entry, "status": "error", "ename": "over its CPU cap", "evalue": over}
+        g.outcome.capture = merge_capture(g.outcome.capture, {} if over else outcome.capture, grade_id)
         entry = {**entry, "caps": describe(caps)}
         cells = g.outcome.summary.setdefault("cells", [])
         cells[:] = [e for e in cells if e.get("grade_id") != grade_id] + [entry]

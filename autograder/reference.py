@@ -40,7 +40,8 @@ from autograder.decisions import (
     static_tolerances,
 )
 from autograder.handin import assignment_files, frameworks_used
-from autograder.measure import measured_entry, measurement_notebook, spec_of
+from autograder.heldout import course_seed
+from autograder.measure import measure_seed, measured_entry, measurement_notebook, merge_capture, spec_of
 from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import CASES_FILE as CASES_INDEX
 from dlcourse.grading import Case, compare, load_cases
@@ -149,6 +150,9 @@ def source_digest(course: Course, aid: str) -> str:
             digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
     digest.update(grading_code())
     digest.update(json.dumps(environment(), sort_keys=True).encode())
+    digest.update(
+        f"seed {course_seed(course)}".encode()
+    )  # measured cells' inputs and held-out data follow it
     return digest.hexdigest()
 
 
@@ -430,9 +434,14 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
             found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
         cases, values = captured[1]
-        measure_cells(
-            aid, cells, sources, lambda nb: _run_source(course, aid, nb, limits, isolation, 1, files), extra
-        )
+        measured = measure_cells(
+            aid, cells, sources, lambda nb: _run_source(course, aid, nb, limits, isolation, 1, files), extra,
+            course_seed(course), limits.timeout,
+        )  # fmt: skip
+        for (name, threads), (_, outcome) in runs.items():  # the measured cells' values: from their own runs
+            for grade_id, capture in measured.items():
+                if threads == 1 and cells[grade_id]["notebook"] == name:
+                    outcome.capture = merge_capture(outcome.capture, capture, grade_id)
         _decide_cells(cells, cases, values)
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:
@@ -458,17 +467,29 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
     return load_reference(target)
 
 
-def measure_cells(aid: str, cells: dict, sources: dict, run_one, sandboxes: list) -> None:
-    """Run each measured cell of the (marked) sources under its caps with the solutions, as a submission's is
-    run (:mod:`autograder.measure`): the solutions must fit, and what their kernel held when the cell started
-    is kept (``baseline_mb``), the ceiling a submission's kernel is held to. ``sandboxes`` keeps each sandbox,
-    to be cleaned up with the others."""
+def measure_cells(
+    aid: str, cells: dict, sources: dict, run_one, sandboxes: list, seed: int, seconds: float
+) -> dict[str, dict[str, bytes]]:
+    """Run each measured cell of the (marked) sources as a submission's is run (:mod:`autograder.measure`): with
+    the course's seed for its inputs, under its memory cap, its CPU time counted from the first cell. The solutions
+    must fit; what they used is kept (``baseline_mb``: what their kernel held when the cell started, the ceiling
+    a submission's kernel is held to; ``solution``: their CPU seconds). Returns each cell's captured values, which
+    are the reference's for its cases (their inputs come from the seed). ``sandboxes`` keeps each sandbox, to be
+    cleaned up with the others."""
+    found = {}
     for grade_id, cell in cells.items():
         spec = cell.get("measure")
         if not spec:
             continue
-        nb = sources[cell["notebook"]]
-        sandbox, outcome = run_one(measurement_notebook(nb, grade_id, spec))
+        caps = {k: v for k, v in spec.items() if k == "memory_mb"}
+        if "cpu_seconds" in spec:
+            caps["cpu_seconds"] = spec["cpu_seconds"]
+        elif "cpu_factor" in spec:  # (the solutions' time is measured, on the test cell alone, not capped)
+            caps.update(cpu_seconds=seconds, cpu_scope="cell")
+        notebook = measurement_notebook(
+            sources[cell["notebook"]], grade_id, caps, measure_seed(seed, grade_id)
+        )
+        sandbox, outcome = run_one(notebook)
         sandboxes.append(sandbox)
         entry = measured_entry(outcome.summary, grade_id) if outcome.status == "finished" else None
         used = (entry or {}).get("measure") or {}
@@ -480,6 +501,8 @@ def measure_cells(aid: str, cells: dict, sources: dict, run_one, sandboxes: list
                 "its metadata, or make the solution fit"
             )
         cell["measure"] = {**spec, "baseline_mb": used["memory_start_mb"], "solution": used}
+        found[grade_id] = outcome.capture
+    return found
 
 
 def _graded_cells(aid: str, sources: dict) -> tuple[dict, dict, dict]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from autograder.evaluate import evaluate_model
 from autograder.heldout import heldout_case
 from autograder.reference import Reference
@@ -77,7 +79,10 @@ def tampered_public_check(
     if trusted.kind == "model_accuracy":  # the fixed architecture is the reference's: always checked
         return safe_compare(held_out(trusted, reference), reference.values[name], values[name]) is not None
     expected = load_expected(capture, cases[name])
-    return expected is None or safe_compare(trusted, expected, values[name]) is not None
+    shape = np.shape(reference.values[name])  # both sides were the kernel's: no larger than the reference's
+    if expected is None or np.shape(expected) != shape or np.shape(values[name]) != shape:
+        return True
+    return safe_compare(trusted, expected, values[name]) is not None
 
 
 def held_out(case: Case, reference: Reference) -> Case:

@@ -1,10 +1,13 @@
-"""The way back and the measurement run, attacked a third time: hostile notebooks graded through the real
-pipeline. Each test states what must happen; an attack that works is kept as a strict xfail that says how.
+"""The way back and the measurement run, attacked a third time, by someone who did not write them: hostile
+notebooks graded through the real pipeline. Each test states what must happen; each attack worked against an
+earlier version and is refused now:
 
-- the measurement run's warm-up hands the capped run its answers (A7: naive attention, memoised);
-- a worker process started before the cap brings a CPU budget of its own (A5);
-- a public check's own comparison, redone by the grader on data the student chose, costs the grader
-  many times the bytes the report may carry (T1)."""
+- a value computed in the measurement run's warm-up, kept and handed back under the cap (A7: 5 of 5 points of
+  the kept bytes; now there is no warm-up run, and the measured inputs come from the course's secret seed);
+- worker processes started before the cap, each with a CPU limit of its own (A5: 10 of 10 points of the fused
+  step; now the grader holds the run to the CPU of all its processes together);
+- a public check's own comparison, redone by the grader on two huge arrays the student chose (the grader took
+  2.5 GB on T1; now values of another shape than the reference's are not compared, and are flagged)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # finds it and allocates nothing.
 MEMOISED_NAIVE = (
     "import dlcourse.a7\nimport hashlib\nimport math\nimport torch\n\n\n"
-    + NAIVE_TILED.replace("def tiled_attention(", "def _naive(", 1)
+    + NAIVE_TILED.replace("def tiled_attention(", "def _naive(", 1).replace(
+        "return fn(), 0", "return fn(), 1"
+    )
     + """
 
 _remembered = {}
@@ -52,17 +57,11 @@ def tiled_attention(q, k, v, block_q=16, block_k=16, is_causal=False, scale=None
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the capped cell's warm-up run is the same code on the same seeded inputs, uncapped, in the same "
-    "kernel: a memoised naive attention computes its scores there and replays the result under the cap",
-)
 def test_a7_naive_attention_memoised_in_the_warm_up_earns_no_measured_point(tmp_path):
     results = grade_with(tmp_path, "A7", "tiled_attention", MEMOISED_NAIVE)
     cells = {c.grade_id: c for c in results["forger"].cells}
-    memory = cells["test_tiled_memory"]
-    saved = cells["test_flash_saved"]
-    assert memory.points == 0 and saved.points == 0, (memory, saved)
+    memory, saved = cells["test_tiled_memory"], cells["test_flash_saved"]
+    assert (memory.points, saved.points) == (0, 0), (memory.message, saved.message)
 
 
 # ----------------------------------------------------------------------------- A5: a CPU budget per process
@@ -213,17 +212,12 @@ def grader_peak(tmp_path: Path, name: str, extra: str) -> dict:
         text=True,
         timeout=600,
     )
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, done.stdout[-2000:] + done.stderr[-4000:]
     return json.loads(line.split(" ", 1)[1])
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify.tampered_public_check redoes a public comparison on the value and the expected value the "
-    "student recorded, in float64 at whatever shape they share: 120 MB of booleans cost the grader gigabytes",
-)
 def test_a_public_check_of_huge_booleans_costs_the_grader_no_more_than_its_bounds(tmp_path):
     plain = grader_peak(tmp_path, "plain", "")
     big = grader_peak(tmp_path, "big", textwrap.dedent(BIG_PUBLIC_CHECK))

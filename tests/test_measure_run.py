@@ -68,6 +68,26 @@ def test_a_cell_may_use_only_what_its_caps_allow_whatever_it_does(mode):
     assert spin[1]["status"] == "died", spin[1]
 
 
+SPREAD = """import subprocess, sys
+spin = "import time\\nend = time.process_time() + 1.6\\nwhile time.process_time() < end: pass"
+workers = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2)]
+for worker in workers:
+    worker.wait()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES, ids="-".join)
+def test_cpu_work_spread_over_processes_counts_all_together(mode):
+    from autograder.runner.caps import over_cpu
+
+    cells = run(measured(SPREAD, {"cpu_seconds": 2}), mode)
+    assert cells[1]["status"] == "ok", cells[1]  # each process kept within its own limit
+    assert over_cpu(cells[1]["measure"], 2) is not None, cells[1]["measure"]  # but not all of them together
+    alone = run(measured("x = sum(range(10**6))", {"cpu_seconds": 2}), mode)
+    assert over_cpu(alone[1]["measure"], 2) is None, alone[1]["measure"]
+
+
 ORPHAN = """import os
 pid = os.fork()
 if pid == 0:  # a process that leaves the kernel's tree before the measured cell, to work for it unseen

@@ -11,7 +11,9 @@ runs no student code) sets hard resource limits on every process of the run befo
   beforehand, to reuse freed memory unseen, meets the ceiling instead);
 - time: each process may use at most ``cpu_seconds`` more CPU (CPU time, not the wall clock: a loaded grading
   machine does not move it);
-- no new process or thread (``RLIMIT_NPROC``): the work cannot be handed to a fresh process with room of its own.
+- under a memory cap, no new process or thread (``RLIMIT_NPROC``): the work cannot be handed to a fresh process
+  with room of its own; under a CPU cap, each process is stopped at its limit and the grader holds the run to the
+  CPU of all its processes together (reaped children included), read after the cell (:func:`over_cpu`).
 
 Hard limits can only be lowered by the process they bind, never raised, so a cell cannot undo them; processes
 started earlier (a pool made by an answer cell) are capped alike: every process below the kernel's parent, which
@@ -48,11 +50,12 @@ def status_kb(pid: int, field: str) -> int | None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time of process ``pid``, all its threads, user and system (0 once it ended)."""
+    """CPU time of process ``pid``, all its threads, user and system, and that of the children it has reaped
+    (0 once it ended)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             fields = fh.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS
     except (OSError, ValueError, IndexError):
         return 0.0
 
@@ -86,16 +89,29 @@ def memory_field() -> str:
     return "VmData" if memory_rlimit() == resource.RLIMIT_DATA else "VmSize"
 
 
-def cap(kernel: int, spec: dict) -> dict:
-    """Set the limits of ``spec`` on every process of the run, before a measured cell; what was set, and the
-    kernel's usage then (the baseline that :func:`used` compares with)."""
+def cap(kernel: int, spec: dict, since: dict) -> dict:
+    """Set the limits of ``spec`` on every process of the run; what was set, and the usage they count from.
+
+    ``spec``: ``memory_mb`` and ``ceiling_mb``, ``cpu_seconds``; with ``"scope": "run"`` (on the notebook's first
+    cell) the CPU seconds are a budget for the rest of the run; without it (the measured cell) a budget set earlier
+    is applied again, less what was spent, to every process (one started since included). Under a memory cap no
+    new process or thread may start (a fresh process would have room of its own); a CPU limit binds each process
+    alone, so the grader also holds the run to the total of all its processes (:func:`over_cpu`). ``since`` carries the first
+    capped cell's CPU times from one call to the next."""
     field = memory_field()
     start_kb = status_kb(kernel, field) or 0
-    start_cpu = {pid: cpu_seconds(pid) for pid in run_processes(kernel)}
-    facts: dict = {"memory_start_mb": round(start_kb / 1024, 1), "cpu_start": start_cpu}
-    memory_mb, ceiling_mb = spec.get("memory_mb"), spec.get("ceiling_mb")
+    pids = run_processes(kernel)
+    now = {pid: cpu_seconds(pid) for pid in pids}
+    since.setdefault("cpu_start", dict(now))
+    whole_run = spec.get("scope") == "run"
     seconds = spec.get("cpu_seconds")
-    for pid, used_cpu in start_cpu.items():
+    if whole_run and seconds is not None:
+        since["budget"] = float(seconds)
+    elif seconds is None and "budget" in since:
+        spent = sum(max(0.0, now[pid] - since["cpu_start"].get(pid, 0.0)) for pid in pids)
+        seconds = max(0.0, since["budget"] - spent)
+    memory_mb, ceiling_mb = spec.get("memory_mb"), spec.get("ceiling_mb")
+    for pid in pids:
         try:
             if memory_mb is not None:
                 here = (status_kb(pid, field) or start_kb) * 1024
@@ -104,11 +120,13 @@ def cap(kernel: int, spec: dict) -> dict:
                     limit = min(limit, int(ceiling_mb * 2**20))
                 resource.prlimit(pid, memory_rlimit(), (limit, limit))
             if seconds is not None:
-                limit_s = int(used_cpu + seconds) + 1
+                limit_s = int(now[pid] + seconds) + 1
                 resource.prlimit(pid, resource.RLIMIT_CPU, (limit_s, limit_s))
-            resource.prlimit(pid, resource.RLIMIT_NPROC, (1, 1))
+            if memory_mb is not None and not whole_run:  # a fresh process would have room of its own
+                resource.prlimit(pid, resource.RLIMIT_NPROC, (1, 1))
         except (ProcessLookupError, PermissionError):
             continue  # (ended; or not the run's: nothing of the student's runs there)
+    facts: dict = {"memory_start_mb": round(start_kb / 1024, 1), "cpu_start": since["cpu_start"]}
     if memory_mb is not None:
         limit = start_kb / 1024 + memory_mb
         facts["memory_limit_mb"] = round(min(limit, ceiling_mb) if ceiling_mb is not None else limit, 1)
@@ -125,3 +143,11 @@ def used(kernel: int, facts: dict) -> dict:
     if peak is not None:
         report["peak_resident_mb"] = round(peak / 1024, 1)
     return report
+
+
+def over_cpu(report: dict, seconds: float | None) -> str | None:
+    """Why a measured cell's run went past its CPU seconds, all its processes together, or None."""
+    used_s = report.get("cpu_seconds")
+    if seconds is None or used_s is None or used_s <= seconds + 1.0:  # (limits are set in whole seconds)
+        return None
+    return f"its processes used {used_s:.1f} s of CPU together, more than the {seconds:.1f} s it may"

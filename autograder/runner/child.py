@@ -271,13 +271,14 @@ def test_cell_id(cell) -> str | None:
     return meta.get("grade_id") if meta.get("grade") and not meta.get("solution") else None
 
 
-def _cap(client, caps: dict) -> dict:
-    """Before a measured cell (a notebook the grader built: :mod:`autograder.measure`): its caps set on the
-    run's processes from here, outside the kernel (:func:`autograder.runner.caps.cap`)."""
+def _cap(client, caps: dict, since: dict) -> dict:
+    """Before a capped cell (a notebook the grader built: :mod:`autograder.measure`): its caps set on the run's
+    processes from here, outside the kernel (:func:`autograder.runner.caps.cap`); ``since`` carries what an
+    earlier capped cell set (a CPU budget for the run counts from the first cell)."""
     from autograder.runner.caps import cap
 
     pid = kernel_pid(client.km)
-    return {"pid": pid, **cap(pid, caps)} if pid is not None else {"pid": None}
+    return {"pid": pid, **cap(pid, caps, since)} if pid is not None else {"pid": None}
 
 
 def _used(client, capped: dict) -> dict:
@@ -297,6 +298,7 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list], harvest
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     client.nb = nb
+    since: dict = {}  # the first capped cell's CPU times: a measured cell's CPU is counted from there
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
@@ -307,7 +309,7 @@ def run_cells(client, nb, results: list[dict], outputs: dict[int, list], harvest
         }
         results.append(entry)
         caps = cell.metadata.get("dlcourse", {}).get("caps") if harvest is not None else None
-        capped = _cap(client, caps) if caps else None
+        capped = _cap(client, caps, since) if isinstance(caps, dict) else None
         try:
             client.execute_cell(cell, index)
         except CellTimeoutError:
