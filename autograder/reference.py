@@ -216,6 +216,11 @@ def answer_in_kernel(case: Case, value=None) -> bool:
         return not case.params.get("heldout")
     if case.public or case.expected_file is not None or case.kind in ("range", "accuracy"):
         return True
+    return small_boolean(value)
+
+
+def small_boolean(value) -> bool:
+    """A boolean result of at most :data:`SMALL_BOOLEAN` entries: a guess records it."""
     if value is None:
         return False
     value = np.asarray(value)
@@ -438,10 +443,6 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
             aid, cells, sources, lambda nb: _run_source(course, aid, nb, limits, isolation, 1, files), extra,
             course_seed(course), limits.timeout,
         )  # fmt: skip
-        for (name, threads), (_, outcome) in runs.items():  # the measured cells' values: from their own runs
-            for grade_id, capture in measured.items():
-                if threads == 1 and cells[grade_id]["notebook"] == name:
-                    outcome.capture = merge_capture(outcome.capture, capture, grade_id)
         _decide_cells(cells, cases, values)
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
         if problems:
@@ -455,6 +456,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         _write_reference(staged, captures, hidden, {
             CELLS_FILE: cells, NOTEBOOKS_FILE: notebooks, CALIBRATION_FILE: calibration, WRITTEN_FILE: written,
         })  # fmt: skip
+        write_measured(staged, measured)
         (staged / STAMP_FILE).write_text(digest)
         (staged / RUN_KEY_FILE).write_text(key)
         if target.exists():
@@ -585,8 +587,12 @@ def _decide_cells(cells: dict, cases: dict, values: dict) -> None:
         in_kernel = {n for n in cell["cases"] if any(fnmatch.fnmatchcase(n, k) for k in measured)}
         declared = cell.pop("conditions", [])
         declared = {n for n in cell["cases"] if any(fnmatch.fnmatchcase(n, k) for k in declared)}
-        # a declared kernel decision: its checks earn, and every page labels them
-        held = set() if cell.get("in_kernel") else (conditions | declared) - in_kernel
+        # a declared kernel decision: its checks of numbers the code measured earn, and every page labels them;
+        # an expected value written in the test, or a small boolean, never does (any notebook records those)
+        guessed = {
+            n for n in cell["cases"] if small_boolean(values.get(n)) or cases[n].expected_file is not None
+        }
+        held = guessed if cell.get("in_kernel") else (conditions | declared) - (in_kernel - guessed)
         try:
             cell["groups"] = (
                 case_groups(grade_id, [cases[n] for n in cell["cases"]], cell["points"], points, held)
@@ -745,11 +751,37 @@ def calibrate(cases: dict[str, Case], runs: dict[int, dict]) -> tuple[dict, list
     return {"threads": sorted(runs), "safety_margin": SAFETY_MARGIN, "cases": report}, problems
 
 
+MEASURED_DIR = "measured"  # the measured cells' values, from their measured runs (the course's seed)
+
+
+def write_measured(staged: Path, measured: dict[str, dict[str, bytes]]) -> None:
+    """The measured cells' recordings, from their measured runs, apart: the grader decides those cases against
+    them (their inputs come from the course's secret seed), while nbgrader's own autograde, which runs the
+    notebook without that seed, compares with the notebook's run, in the reference's main index."""
+    if not measured:
+        return
+    merged: dict[str, bytes] = {}
+    for grade_id, capture in measured.items():
+        merged = merge_capture(merged, capture, grade_id)
+    (staged / MEASURED_DIR).mkdir()
+    for name, data in merged.items():
+        (staged / MEASURED_DIR / name).write_bytes(data)
+
+
 def load_reference(directory: Path) -> Reference:
     cases, values, problems = load_cases(directory)
     problems = [p for p in problems if p != "no results were recorded"]  # a course whose tests are all plain
     if problems:
         raise ValueError(f"reference in {directory} is damaged: {problems}")
+    measured_dir = directory / MEASURED_DIR
+    if measured_dir.is_dir():  # tolerances stay the main index's (a regrade edits those)
+        found, measured, problems = load_cases(measured_dir)
+        if problems:
+            raise ValueError(f"reference in {directory} is damaged: {problems}")
+        for name in set(measured) & set(cases):
+            kept = {k: v for k, v in cases[name].params.items() if k in TOLERANCES}
+            cases[name] = replace(cases[name], params={**found[name].params, **kept})
+            values[name] = measured[name]
     cells = json.loads((directory / CELLS_FILE).read_text())
     written = directory / WRITTEN_FILE
     written = json.loads(written.read_text()) if written.is_file() else {}

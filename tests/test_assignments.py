@@ -88,6 +88,69 @@ def test_committed_samples_are_current(aid):
         assert path.read_text() == text, f"run `python -m autograder samples {aid}`"
 
 
+def forgers(release_nb) -> dict[str, nbformat.NotebookNode]:
+    """The untouched release with one more cell that records, before any test runs, every value the release's
+    test cells hold: each check's literal ``expected``, each range check's bound, ``True`` for every other
+    ``check_equal`` (``forger_cell``); and the same with a hook that reads each test cell's code as it arrives,
+    hidden tests included (``forger_hook``, from tests/test_forgers.py)."""
+    import ast
+    import json
+
+    from nbformat.v4 import new_code_cell
+
+    from tests.test_forgers import HOOK
+
+    records = []
+    for cell in release_nb.cells:
+        if not is_graded_test(cell):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            func = getattr(node, "func", None)
+            kind = getattr(func, "id", getattr(func, "attr", ""))
+            if not isinstance(node, ast.Call) or not kind.startswith("check") or not node.args:
+                continue
+            if not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
+                continue
+            keywords = {k.arg: k.value for k in node.keywords}
+            try:
+                if "expected" in keywords or len(node.args) > 2:
+                    value = ast.literal_eval(keywords.get("expected") or node.args[2])
+                elif kind == "check_range":
+                    value = ast.literal_eval(keywords.get("low") or keywords.get("high") or node.args[2])
+                elif kind == "check_equal":
+                    value = True
+                else:
+                    continue
+            except (ValueError, TypeError, SyntaxError, IndexError):
+                continue
+            records.append([node.args[0].value, kind, value])
+    forge = (
+        "def forge_every_recording():\n"
+        "    from dlcourse import grading\n\n"
+        f"    for name, kind, value in {records!r}:\n"
+        "        try:\n"
+        "            if kind == 'check_range':\n"
+        "                grading.check_range(name, value, low=value, high=value)\n"
+        "            elif kind == 'check_equal':\n"
+        "                grading.check_equal(name, value, expected=value)\n"
+        "            else:\n"
+        "                grading.check(name, value, expected=value)\n"
+        "        except Exception:\n"
+        "            pass\n\n\n"
+        "forge_every_recording()\n"
+    )
+    made = {}
+    for name, code in (("forger_cell", forge), ("forger_hook", HOOK)):
+        nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
+        nb.cells.insert(0, new_code_cell(code))
+        made[name] = nb
+    return made
+
+
 def nbgrader_scores(course: Course, aid: str, students: list[str]) -> dict[str, float]:
     """Plain nbgrader, verdicts in the student's kernel: with no DLCOURSE_REFERENCE set, its pre-convert
     hook (nbgrader_config.py) finds the reference that the hidden cases compare with."""
@@ -117,6 +180,10 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     for name, text in samples(MAIN, aid).items():
         course.submission(aid, name).parent.mkdir(parents=True)
         course.submission(aid, name).write_text(text)
+    blank = nbformat.read(str(course.release_notebook(aid)), as_version=4)
+    for name, forger in forgers(blank).items():  # the issue's forgers, on every assignment
+        course.submission(aid, name).parent.mkdir(parents=True)
+        nbformat.write(forger, str(course.submission(aid, name)))
     results = {r.student_id: r for r in grade(course, aid, workers=2, isolation=ISOLATION[aid])}
     solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
     solution.mkdir(parents=True)
@@ -129,6 +196,8 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     assert results["broken"].score == 0 and results["broken"].status == "unreadable"
     assert results["cheater"].score == 0 and results["cheater"].status == "flagged", summary
     assert 0 < results["partial"].score < 100, summary
+    for name in ("forger_cell", "forger_hook"):  # no answer, and every value the tests hold recorded
+        assert results[name].score == 0 and results[name].status == "flagged", summary
 
     assert not results["perfect"].flags and not results["colab"].flags, summary
     plain = nbgrader_scores(course, aid, ["solution", "partial"])
