@@ -328,7 +328,10 @@ def compare(case: Case, reference, got) -> str | None:
         )
     if case.kind == "equal":
         a, e = np.asarray(got), np.asarray(reference)
-        if a.shape == e.shape and (a.dtype.kind in "US") == (e.dtype.kind in "US") and np.array_equal(a, e):
+        same_kind = (a.dtype.kind in "US") == (e.dtype.kind in "US") and (a.dtype.kind == "b") == (
+            e.dtype.kind == "b"
+        )
+        if a.shape == e.shape and same_kind and np.array_equal(a, e):  # (True is not the count 1)
             return None
         return f"{case.name}: got {_short(a)}, expected {_short(e)}"
     if case.kind == "range":

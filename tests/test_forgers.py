@@ -229,3 +229,15 @@ def test_a_quiz_with_several_right_answers_keeps_them_from_the_kernel():
     assert compare(case, None, np.array([3, 5])) is not None  # one answer, not a list of guesses
     release = (Path(__file__).resolve().parents[1] / "assignments" / "A2" / "A2.ipynb").read_text()
     assert "ACCEPTED = {" not in release and "{3, 5, 9}" not in release
+
+
+def test_true_is_not_the_count_one():
+    """A forger that records True for every exact case passed A4's hidden graph count (1): numpy finds them equal."""
+    import numpy as np
+
+    from dlcourse.grading import Case, compare
+
+    case = Case("a4.breaks.hidden_graphs", "equal", {})
+    assert compare(case, np.int64(1), np.bool_(True)) is not None
+    assert compare(case, np.int64(1), np.int64(1)) is None
+    assert compare(case, np.array([True, False]), np.array([True, False])) is None
