@@ -183,6 +183,10 @@ class Result:
 
     @property
     def symbol(self) -> str:
+        """The progress line's mark: the status's, where "graded" (\u2713) means every test passed; a graded
+        submission with a failed test gets "\u00b7" (\u2713 read as "passed" beside a score of 0)."""
+        if self.status == "graded" and any(not c.passed for c in self.cells):
+            return "\u00b7"
         return STATUS[self.status][0]
 
     @property
@@ -264,6 +268,17 @@ class Result:
 _FIELDS = {
     cls: tuple(f.name for f in fields(cls)) for cls in (GroupResult, CellResult, WrittenResult, Result, Flag)
 }
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at the end of a word (in the middle of one only where a
+    single word fills more than half the width), with an ellipsis where it was cut."""
+    text = " ".join(str(text).split()) if len(str(text)) > width else str(text)
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:") + "\u2026"
 
 
 def _plain(item) -> dict:
