@@ -9,6 +9,7 @@ tests/artifacts/browser/ for a person to look at.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -292,3 +293,48 @@ def test_instructor_reads_the_class_report_and_follows_a_feedback_link(toy, page
     expect(page.locator("p", has_text="Student:")).to_contain_text("Student: ben")
     expect(page.locator("tr", has_text="test_scale")).to_contain_text("t1.scale.random")
     shot(page, "report-2-feedback-of-ben")
+
+
+@pytest.fixture(scope="module")
+def plain_asserts(tmp_path_factory, chromium_path):
+    """An nbgrader course of plain asserts (tests/fixtures/plain_asserts.py), graded by nbgrader and by this
+    autograder, with both feedback pages written."""
+    from autograder.feedback import write_feedback
+    from tests.fixtures.plain_asserts import build
+    from tests.test_nbgrader_courses import ours
+
+    root, plain = build(tmp_path_factory.mktemp("plain_asserts"))
+    ours(root, "ps1")
+    write_feedback(Course(root=root), "ps1")
+    return root, plain
+
+
+def test_student_reads_where_a_plain_assert_failed_as_nbgrader_shows_it(plain_asserts, page):
+    """The student's page in Chromium: the notebook's own score, the failing public line that nbgrader's own
+    feedback points at, the hidden check's number and message (never its code), the kernel's rule once."""
+    from playwright.sync_api import expect
+
+    root, plain = plain_asserts
+    page.goto((plain / "feedback" / "public" / "ps1" / "problem1.html").resolve().as_uri())
+    theirs = page.locator("body").inner_text()
+    line = next(t for t in theirs.splitlines() if t.lstrip().startswith("---->"))
+    number, code = line.split("---->", 1)[1].split(None, 1)
+    page.goto((root / "feedback" / "public" / "ps1" / "problem1.html").resolve().as_uri())
+    row = page.locator("tr", has_text="correct_squares").first
+    expect(row).to_contain_text("\u2717 failed")
+    expect(row).to_contain_text(f"Failed at line {number} of the test:")
+    expect(row.locator("pre")).to_have_text(code.strip())
+    expect(page.locator("tr", has_text="squares_invalid_input")).to_contain_text("\u2713 passed")
+    expect(page.locator("p.kernel")).to_have_count(1)
+    expect(page.locator("h1")).to_have_text(re.compile(r"^ps1, problem1\.ipynb: [\d.]+ / 10$"))
+    shot(page, "feedback-1-public-assert")
+
+    page.goto((root / "feedback" / "message" / "ps1" / "problem1.html").resolve().as_uri())
+    row = page.locator("tr", has_text="correct_squares").first
+    expect(row).to_contain_text("hidden check 1 of 2")
+    expect(row).to_contain_text("squares(3) is not [1, 4, 9]")
+    assert "squares(4)" not in page.locator("body").inner_text()
+    shot(page, "feedback-2-hidden-assert")
+    page.goto((root / "feedback" / "message" / "ps1" / "problem2.html").resolve().as_uri())
+    expect(page.locator("h1")).to_have_text("ps1, problem2.ipynb: 0 / 3")
+    expect(page.get_by_text("None in this notebook.")).to_be_visible()
