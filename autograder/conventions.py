@@ -15,6 +15,7 @@ from autograder.course import Course, is_graded_test, is_solution, is_written, n
 
 TOTAL_POINTS = 100
 SETUP_ID = "setup"
+MAX_KERNEL_POINTS = 5  # what a test cell may earn on the kernel's word (decided or measured in the kernel)
 
 CONVENTIONS = f"""\
 1. the graded test cells' points add up to {TOTAL_POINTS};
@@ -29,7 +30,10 @@ CONVENTIONS = f"""\
    points ("- (2 points) ...", adding up to N), then "**Model answer:**" and the answer;
 8. a hidden check records the student's value only (check("name", value)): the reference, the source's own
    solutions run by the grader, decides it. A check inside ### BEGIN HIDDEN TESTS that is given an expected
-   value is graded as hidden all the same (its own share, its expected value never shown); `check` notes it.
+   value is graded as hidden all the same (its own share, its expected value never shown); `check` notes it;
+9. a test cell decided in the kernel (metadata dlcourse.decided_in_kernel) is worth at most {MAX_KERNEL_POINTS} points, and
+   cases measured in the kernel (dlcourse.measured_in_kernel) have their points in dlcourse.case_points, at most
+   {MAX_KERNEL_POINTS} a cell.
 
 An assignment in this format is one notebook, source/<AID>/<AID>.ipynb, whose first code cell is the set-up
 (it installs the course package on Colab; `python -m autograder new AID` writes a working starter). Other
@@ -102,11 +106,44 @@ def problems(course: Course, aid: str) -> list[str]:
             found.append(f"graded cell {grade_id} has no hidden tests")
         if not re.search(r"\bcheck(_equal|_range|_accuracy)?\(", cell.source):
             found.append(f"graded cell {grade_id} calls no check(...) from dlcourse.grading")
+        found += kernel_points_problems(cell)
 
     ids = [nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c)]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         found.append(f"grade_ids used more than once: {', '.join(map(str, duplicates))}")
+    return found
+
+
+def kernel_points_problems(cell) -> list[str]:
+    """Points decided in the kernel (a cell's ``decided_in_kernel``, or cases it lists as ``measured_in_kernel``)
+    are at most :data:`MAX_KERNEL_POINTS` a test cell, and each such case's points are declared in ``case_points``
+    (so the rules table can say them): the kernel's word is labelled, and it is never worth a part."""
+    meta = cell.metadata.get("dlcourse", {})
+    grade_id = nbgrader_meta(cell).get("grade_id")
+    found = []
+    if meta.get("decided_in_kernel"):
+        points = float(nbgrader_meta(cell).get("points", 0))
+        if points > MAX_KERNEL_POINTS:
+            found.append(
+                f"graded cell {grade_id} is decided in the kernel and worth {points:g} points: at most "
+                f"{MAX_KERNEL_POINTS:g} (move the rest to cases decided outside it)"
+            )
+    measured = meta.get("measured_in_kernel") or {}
+    if measured:
+        case_points = meta.get("case_points") or {}
+        missing = sorted(set(measured) - set(case_points))
+        if missing:
+            found.append(
+                f"graded cell {grade_id}: cases measured in the kernel need their points in case_points: "
+                + ", ".join(missing)
+            )
+        total = sum(float(case_points.get(name, 0)) for name in measured)
+        if total > MAX_KERNEL_POINTS:
+            found.append(
+                f"graded cell {grade_id}: its cases measured in the kernel are worth {total:g} points, "
+                f"at most {MAX_KERNEL_POINTS:g}"
+            )
     return found
 
 
