@@ -1,6 +1,7 @@
 """The graded assignments: releases are generated and leak nothing, the sources earn full marks from
-plain nbgrader, and the bundled sample submissions grade as they should with the autograder, with the
-same scores as nbgrader on the honest ones."""
+plain nbgrader, the bundled sample submissions grade as they should with the autograder, with the
+same scores as nbgrader on the honest ones, and each hand-in of the corpus of wrong work scores what its rules
+table promises (tests/fixtures/wrong_work.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from autograder.course import Course, is_graded_test, nbgrader_meta
 from autograder.reference import build_reference
 from autograder.release import LEAK_MARKERS, release, run_nbgrader
 from autograder.samples import samples
+from tests.fixtures import wrong_work
 
 MAIN = Course()
 AIDS = MAIN.assignments()
@@ -184,6 +186,13 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     for name, forger in forgers(blank).items():  # the issue's forgers, on every assignment
         course.submission(aid, name).parent.mkdir(parents=True)
         nbformat.write(forger, str(course.submission(aid, name)))
+    # the corpus of wrong work, in the same batch (no reference of its own), a hand-in per pack of entries
+    packs = {
+        wrong_work.student_id(i): pack for i, pack in enumerate(wrong_work.packs(wrong_work.corpus(aid)))
+    }
+    for sid, pack in packs.items():
+        course.submission(aid, sid).parent.mkdir(parents=True)
+        nbformat.write(wrong_work.notebook(pack), str(course.submission(aid, sid)))
     results = {r.student_id: r for r in grade(course, aid, workers=2, isolation=ISOLATION[aid])}
     solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
     solution.mkdir(parents=True)
@@ -200,6 +209,13 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
         assert results[name].score == 0 and results[name].status == "flagged", summary
 
     assert not results["perfect"].flags and not results["colab"].flags, summary
+    wrongly_graded = [
+        problem
+        for sid, pack in packs.items()
+        for entry in pack
+        for problem in wrong_work.problems(entry, results[sid], pack)
+    ]
+    assert not wrongly_graded, "\n".join(wrongly_graded)
     plain = nbgrader_scores(course, aid, ["solution", "partial"])
     assert plain["solution"] == 100, "the source must earn full marks from nbgrader's own autograde"
     assert plain["partial"] == results["partial"].score, (
@@ -221,3 +237,26 @@ def test_the_canary_release_is_nbgraders_release_even_after_a_student_saved_into
     assert [c.source for c in untouched(course, aid).cells] == [
         c.source for c in nbformat.reads(release_text, as_version=4).cells
     ]
+
+
+@pytest.mark.parametrize("aid", AIDS)
+def test_the_wrong_work_is_well_formed(aid):
+    """Each wrong hand-in of the corpus changes answer cells only, each one away from its solution, and names the
+    graded cells it must lose and a promise below full marks; an assignment with a corpus has six or more."""
+    from autograder.samples import filled
+
+    wrong = wrong_work.corpus(aid)
+    if not wrong:
+        pytest.skip(f"{aid} has no wrong work in {wrong_work.folder(aid).relative_to(MAIN.root)} yet")
+    assert len(wrong) >= 6, [entry.name for entry in wrong]
+    perfect = [c.source for c in filled(MAIN, aid).cells]
+    graded = {nbgrader_meta(c)["grade_id"] for c in MAIN.read_source(aid).cells if is_graded_test(c)}
+    for entry in wrong:
+        cells = wrong_work.notebook(entry).cells
+        changed = {nbgrader_meta(c)["grade_id"] for c, before in zip(cells, perfect) if c.source != before}
+        assert changed == set(entry.answers), (entry.name, changed)
+        assert entry.loses and set(entry.loses) <= graded, (entry.name, entry.loses)
+        assert 0 <= entry.promised < 100 and entry.bug and entry.why, entry.name
+        if entry.known is not None:
+            assert entry.known != entry.promised or entry.known_loses, entry.name
+            assert entry.known_why and set(entry.known_loses or ()) <= graded, entry.name
