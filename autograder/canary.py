@@ -33,7 +33,7 @@ from autograder.course import Course
 from autograder.handin import frameworks_used
 from autograder.pipeline import Job, decide_kept, make_batch, run_jobs
 from autograder.record import sha256_regular, write_json_atomic
-from autograder.reference import Reference, build_reference
+from autograder.reference import Reference, build_reference, source_errors
 from autograder.result import STOPPED, Result
 from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
 from autograder.runner.sandbox import Limits, Sandbox
@@ -381,7 +381,9 @@ def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float)
     if problems:  # only a canary that passed is kept to be decided again
         shutil.rmtree(proof.keep, ignore_errors=True)
     record = {
-        "warnings": code_flag_warnings(results) + ([] if proof.strict else release_warnings(results)),
+        "warnings": source_errors(proof.reference)
+        + code_flag_warnings(results)
+        + ([] if proof.strict else release_warnings(results)),
         "key": proof.key,
         "passed": not problems,
         "problems": problems,

@@ -51,6 +51,7 @@ NOTEBOOKS_FILE = "notebooks.json"
 STAMP_FILE = "SOURCE_SHA256"
 CALIBRATION_FILE = "calibration.json"
 WRITTEN_FILE = "written.json"
+SOURCE_ERRORS_FILE = "source_errors.json"  # ungraded cells of the source that raised: told, not refused
 CALIBRATION_THREADS = (1, 2, 4)  # and the batch's own thread count, when it is another
 SAFETY_MARGIN = 10.0  # a case's tolerance must be this many times its spread across thread counts
 FINGERPRINT_PACKAGES = (
@@ -434,7 +435,8 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         _run_all(
             wanted, runs, lambda name, n: _run_source(course, aid, sources[name], limits, isolation, n, files)
         )
-        captured = _captured(aid, runs, notebooks, limits, counts)
+        source_errors: list[str] = []
+        captured = _captured(aid, runs, notebooks, limits, counts, sources, source_errors)
         hidden = hidden_case_names(sources.values())
         for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
             found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
@@ -455,6 +457,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         captures = [o.capture for (_, n), (_, o) in sorted(runs.items()) if n == 1]
         _write_reference(staged, captures, hidden, {
             CELLS_FILE: cells, NOTEBOOKS_FILE: notebooks, CALIBRATION_FILE: calibration, WRITTEN_FILE: written,
+            SOURCE_ERRORS_FILE: list(dict.fromkeys(source_errors)),
         })  # fmt: skip
         write_measured(staged, measured)
         (staged / STAMP_FILE).write_text(digest)
@@ -552,12 +555,15 @@ def _run_all(wanted: list[tuple[str, int]], runs: dict, run_one) -> None:
 
 
 def _captured(
-    aid: str, runs: dict, notebooks: dict, limits, counts: list[int]
+    aid: str, runs: dict, notebooks: dict, limits, counts: list[int], sources=None, errors=None
 ) -> dict[int, tuple[dict, dict]]:
-    """threads -> (cases, values) the runs at that thread count recorded, every notebook's together."""
+    """threads -> (cases, values) the runs at that thread count recorded, every notebook's together.
+    ``errors`` gets what :func:`_check_run` says of ungraded cells that raised."""
     captured = {n: ({}, {}) for n in counts}
     for (name, threads), (_, outcome) in sorted(runs.items()):
-        _check_run(f"{aid}/{name}" if len(notebooks) > 1 else aid, threads, outcome, limits)
+        where = f"{aid}/{name}" if len(notebooks) > 1 else aid
+        told = _check_run(where, threads, outcome, limits, (sources or {}).get(name))
+        (errors if errors is not None else []).extend(told)
         cases, values, problems = load_cases(outcome.capture)
         problems = [p for p in problems if p != "no results were recorded"]
         if problems:
@@ -698,13 +704,21 @@ def _hidden_line(line: str, hidden: set[str]) -> str:
     return line
 
 
-def _check_run(aid: str, threads: int, outcome, limits) -> None:
-    """Refuse a reference from a run that did not go through cleanly: it would grade every student wrong."""
+def _check_run(aid: str, threads: int, outcome, limits, source=None) -> list[str]:
+    """Refuse a reference from a run that did not go through cleanly: it would grade every student wrong.
+    A cell of ``source`` that is neither a graded test nor an answer and raised is no reason to refuse (nbgrader
+    runs on past it; the canary still needs the solutions' full marks): what it raised, and the fix, is
+    returned for the instructor."""
     where = f"{aid}: the source's own solutions, run in the sandbox with {threads} BLAS thread(s),"
     if outcome.status != "finished":
         hint = f"{limits.stopped(outcome.status)}: {limits.fix(outcome.status)}"
         raise ReferenceError(f"{where} {hint}.\n{outcome.detail[-1500:]}")
     failed = [c for c in outcome.summary.get("cells", []) if c.get("status") != "ok"]
+    told = []
+    if source is not None and not outcome.summary.get("stopped"):
+        ungraded = [c for c in failed if c.get("status") == "error" and _ungraded(source, c.get("index"))]
+        told = [ungraded_error(aid, source, c) for c in ungraded]
+        failed = [c for c in failed if c not in ungraded]
     if failed or outcome.summary.get("stopped"):
         first = failed[0] if failed else {}
         raise ReferenceError(
@@ -712,6 +726,34 @@ def _check_run(aid: str, threads: int, outcome, limits) -> None:
             f"{first.get('ename') or first.get('error') or outcome.summary.get('stopped')}: "
             f"{str(first.get('evalue', ''))[:500]}"
         )
+    return told
+
+
+def _ungraded(source, index) -> bool:
+    """Whether the cell at ``index`` of ``source`` is neither a graded cell nor an answer."""
+    if not isinstance(index, int) or not 0 <= index < len(source.cells):
+        return False
+    meta = nbgrader_meta(source.cells[index])
+    return not meta.get("grade") and not meta.get("solution")
+
+
+def ungraded_error(aid: str, source, entry: dict) -> str:
+    """What the instructor is told of an ungraded cell of the source that raised: the cell, the error, the fix."""
+    index = entry["index"]
+    first = next((line for line in source.cells[index].source.splitlines() if line.strip()), "")
+    number = sum(c.cell_type == "code" for c in source.cells[: index + 1])
+    return (
+        f"{aid}: code cell {number} of the source (not graded; it starts `{first.strip()[:80]}`) raised "
+        f"{entry.get('ename')}: {str(entry.get('evalue', ''))[:300]}. Grading goes on past it, as nbgrader's "
+        "does; the students' runs of it raise too. Fix the cell in the source notebook so that it runs with "
+        "the installed packages, then release again"
+    )
+
+
+def source_errors(reference: Reference) -> list[str]:
+    """What the source's ungraded cells raised when its solutions ran (:func:`ungraded_error`)."""
+    path = reference.directory / SOURCE_ERRORS_FILE
+    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def calibrate(cases: dict[str, Case], runs: dict[int, dict]) -> tuple[dict, list[str]]:
