@@ -136,15 +136,16 @@ def tiled_attention(q, k, v, tile: int):
 
     n, d = q.shape[-2], q.shape[-1]
     out = torch.empty_like(q)
+    inside = torch.promote_types(q.dtype, torch.float32)  # 16-bit in, float32 inside
 
     def loop():
         for start in range(0, n, tile):
             q_tile = q[..., start : start + tile, :] / d**0.5  # read once per query tile
-            m = torch.full(q_tile.shape[:-1] + (1,), float("-inf"), dtype=torch.float32)
+            m = torch.full(q_tile.shape[:-1] + (1,), float("-inf"), dtype=inside)
             denominator = torch.zeros_like(m)
-            acc = torch.zeros(q_tile.shape, dtype=torch.float32)
+            acc = torch.zeros(q_tile.shape, dtype=inside)
             for key_start in range(0, n, tile):  # all of K and V, once per query tile
-                scores = (q_tile @ k[..., key_start : key_start + tile, :].transpose(-2, -1)).float()
+                scores = (q_tile @ k[..., key_start : key_start + tile, :].transpose(-2, -1)).to(inside)
                 m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
                 p = torch.exp(scores - m_new)
                 correction = torch.exp(m - m_new)
