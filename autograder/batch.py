@@ -59,9 +59,13 @@ def grade(
             raise RuntimeError(
                 f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
             )
-    if isolation.runner == "fork":  # the workers' warm parents start now, beside the probe and the reference
+    # every hand-in already graded against the reference on disk: the proof probes the sandbox only if
+    # something (the reference, the canary) has to run, and no warm parent starts
+    nothing_to_run = not force and _all_current(course, aid, found)
+    if isolation.runner == "fork" and not nothing_to_run:  # warm parents start now, beside the probe
         prestart(frameworks_used(course, aid), workers)
-    proof = begin_proof(course, aid, limits, isolation, workers, strict, say=on_progress)
+    probe = "if anything runs" if nothing_to_run else "always"
+    proof = begin_proof(course, aid, limits, isolation, workers, strict, say=on_progress, probe=probe)
     batch = make_batch(course, aid, proof.reference, limits, isolation)
     jobs = [Job(sid) for sid, folder in found.items() if force or not _is_current(batch, sid, folder)]
     canary = None
@@ -141,6 +145,25 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
                     batch.course.kept_run(batch.aid, result.student_id, nb or None), ignore_errors=True
                 )
         raise failed[0]
+
+
+def _all_current(course: Course, aid: str, found: dict) -> bool:
+    """Whether every hand-in in ``found`` has a result of this very hand-in decided by the reference on disk,
+    which the source has not outdated (read without building anything)."""
+    from autograder.reference import STAMP_FILE, load_reference, source_digest
+
+    stamp = course.reference_dir / aid / STAMP_FILE
+    if not found or not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
+        return False
+    try:
+        names = list(load_reference(stamp.parent).notebooks)
+    except (OSError, ValueError):
+        return False
+    for sid, folder in found.items():
+        result = load_result(course, aid, sid)
+        if result is None or not result.is_current(submission_digest(folder, names), stamp.read_text()):
+            return False
+    return True
 
 
 def _is_current(batch: Batch, sid: str, folder) -> bool:

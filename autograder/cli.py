@@ -62,10 +62,13 @@ def add_grading_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_release(args) -> int:
-    from autograder.release import release
+    from autograder.release import copied_files, release
 
     for path in release(args.course, args.aids or None):
         print(f"released {path.relative_to(args.course.root)}")
+    for aid in args.aids or args.course.assignments():
+        for path in copied_files(args.course, aid):
+            print(f"copied {path.relative_to(args.course.root)}")
     return 0
 
 

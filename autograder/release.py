@@ -58,3 +58,13 @@ def release(course: Course, aids: list[str] | None = None, db_url: str | None = 
                 raise RuntimeError(f"{notebook} still contains {leaks}: the release would leak solutions")
             written.append(notebook)
     return written
+
+
+def copied_files(course: Course, aid: str) -> list[Path]:
+    """What the release of ``aid`` holds besides its notebooks (data files, helpers), as nbgrader copied them
+    from the source."""
+    folder = course.release / aid
+    notebooks = {course.release_notebook(aid, nb) for nb in course.notebooks(aid)}
+    return (
+        sorted(p for p in folder.rglob("*") if p.is_file() and p not in notebooks) if folder.is_dir() else []
+    )
