@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Colab's GPU runtime, its published image list (August 2026); see DESIGN.md. torch 2.11.0 for Python 3.13 is
+# Colab's GPU runtime, as its published image list gives it (August 2026). torch 2.11.0 for Python 3.13 is
 # on the registry only as its CUDA build (with the nvidia-* wheels): that is what gets installed, GPU or not.
 COLAB_PINS = (
     "torch==2.11.0",
@@ -303,7 +303,7 @@ def compare(paths: list[Path], colab: dict, reference: dict) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.colab_check", description=__doc__.split("\n\n")[0]
     )
@@ -315,8 +315,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--side-by-side", action="store_true",
                         help="run both environments at the same time (faster; each one's times then include the other's load)")  # fmt: skip
-    parser.add_argument("--no-record", action="store_true", help="print, write nothing into benchmarks/")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="write the run into benchmarks/results/ and rewrite benchmarks/RESULTS.md (by default the checkout "
+        "is left as it was: the run is printed)",
+    )
+    parser.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)  # the default now
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.inner:
         return inner(args.inner)
 
@@ -389,9 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         extra = len(row["stderr_only_colab"])
         log(f"{row['notebook']:<40} {state}; {c['seconds']} s (reference {row['reference']['seconds']} s); "
             f"{extra} stderr line(s) only on Colab's versions, {len(row['leaked_colab'])} leaked warning(s)")  # fmt: skip
-    if args.no_record or args.only:  # a partial check is printed, never recorded over a full one
+    if not args.record or args.no_record or args.only:  # a partial check is never recorded over a full one
         print(json.dumps(run, indent=1))
-        return 0
+        log(
+            "printed, not recorded (the checkout is unchanged): `make colab-check COLAB_ARGS=--record` records it"
+        )
+        return 0 if all(r["colab"]["ran"] for r in rows) else 1
     out = ROOT / "benchmarks" / "results" / f"colab-check-{started}.json"
     out.write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
     from benchmarks.report import write_report
