@@ -1,10 +1,16 @@
 """nbgrader configuration: the repository root is the course directory, releases go to assignments/."""
 
 import os
+import sys
 
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 here = os.path.dirname(os.path.abspath(__file__))
+# nbgrader runs `alembic` from PATH when it opens the gradebook: `.venv/bin/nbgrader` typed without the .venv on
+# PATH would stop at "FileNotFoundError: 'alembic'". The interpreter running nbgrader has it beside itself.
+_bin = os.path.dirname(sys.executable)
+if os.path.isfile(os.path.join(_bin, "alembic")) and _bin not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _bin + os.pathsep + os.environ.get("PATH", "")
 c.CourseDirectory.course_id = "dlcourse"
 c.CourseDirectory.root = here
 c.CourseDirectory.release_directory = "assignments"
