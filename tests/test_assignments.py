@@ -209,11 +209,12 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
         assert results[name].score == 0 and results[name].status == "flagged", summary
 
     assert not results["perfect"].flags and not results["colab"].flags, summary
+    shares = wrong_work.case_shares(reference)
     wrongly_graded = [
         problem
         for sid, pack in packs.items()
         for entry in pack
-        for problem in wrong_work.problems(entry, results[sid], pack)
+        for problem in wrong_work.problems(entry, results[sid], shares, pack)
     ]
     assert not wrongly_graded, "\n".join(wrongly_graded)
     plain = nbgrader_scores(course, aid, ["solution", "partial"])
