@@ -6,6 +6,8 @@ code cell without nbgrader metadata: the cells a student added) and flags each l
 - changes the course package (``dlcourse``, ``dlcourse.*``, the names imported from them) or the grader's
   recording (``dlcourse.grading`` and anything in it): an assignment, ``del``, ``setattr``/``delattr``, a
   mutating method (``.update``, ``.append``, ...), or reaching a private part of ``dlcourse.grading``;
+- replaces what tests time or count with (``time.perf_counter = ...``, ``torch.profiler.profile = ...``,
+  ``tracemalloc``, ``resource``, CUDA events and memory counters);
 - writes ``sys.modules`` or the import hooks (``sys.meta_path``), ``sys.excepthook``/``displayhook``,
   Python's built-ins (``builtins.x = ...``, ``__builtins__``), or sets ``__code__``, ``__globals__``,
   ``__closure__``, ``__defaults__``, ``__builtins__`` or ``__dict__`` of anything;
@@ -72,6 +74,10 @@ SYS_HOOKS = {
     "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache", "sys.excepthook", "sys.displayhook",
     "sys.breakpointhook", "sys.unraisablehook", "sys.__excepthook__", "sys.__displayhook__",
 }  # fmt: skip
+MEASURING = (
+    "time", "torch.profiler", "torch.autograd.profiler", "torch.cuda.Event", "torch.cuda.synchronize",
+    "torch.cuda.max_memory_allocated", "torch.cuda.memory_allocated", "tracemalloc", "resource",
+)  # fmt: skip  # what tests time and count with: a notebook that replaces one reports what it likes
 CODE_ATTRS = {"__code__", "__globals__", "__closure__", "__builtins__", "__dict__", "__defaults__", "__kwdefaults__"}  # fmt: skip
 TRANSFORMERS = {
     "input_transformers_cleanup", "input_transformers_post", "ast_transformers", "input_transformer_manager",
@@ -280,6 +286,8 @@ def _owner(path: str) -> str | None:
         return "recording" if path == RECORDING or path.startswith(RECORDING + ".") else "course"
     if root == "builtins":
         return "builtins"
+    if any(path.startswith(tool + ".") for tool in MEASURING):
+        return "measuring"
     if path == "sys.modules" or path.startswith("sys.modules."):
         return "modules"
     if any(path == hook or path.startswith(hook + ".") for hook in SYS_HOOKS):
@@ -317,6 +325,8 @@ def _changes(path: str, owner: str) -> Why:
         return ("changes ", shown, " in the course package, which the student did not define")
     if owner == "builtins":
         return ("changes Python's built-ins (", shown, ")")
+    if owner == "measuring":
+        return ("replaces ", shown, ", which tests time or count with")
     if owner == "modules":
         return _why("changes sys.modules, the table of loaded modules: an import may then get another module")
     return ("changes ", shown, ", where the interpreter hooks every cell's errors, output or imports")

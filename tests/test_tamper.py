@@ -22,6 +22,14 @@ COURSE = Course()
 
 # code, the line flagged (1-based), words the reason holds
 FLAGGED = [
+    (
+        "import torch\ntorch.profiler.profile = Fake",
+        2,
+        "torch.profiler.profile, which tests time or count with",
+    ),
+    ("import time\ntime.perf_counter = lambda: 0.0", 2, "time.perf_counter"),
+    ("from torch import profiler\nsetattr(profiler, 'profile', Fake)", 2, "torch.profiler.profile"),
+    ("import tracemalloc as t\nt.get_traced_memory = f", 2, "tracemalloc.get_traced_memory"),
     # the course package and the grader's recording
     ("import dlcourse.a7 as a7\na7.saved_bytes = f", 2, "dlcourse.a7.saved_bytes in the course package"),
     ("import dlcourse.a7\nx = 1\ndlcourse.a7.saved_bytes = f", 3, "dlcourse.a7.saved_bytes"),
