@@ -154,7 +154,14 @@ def tiled_attention(q, k, v, tile: int):
                 m = m_new
             out[..., start : start + tile, :] = (acc / denominator).to(out.dtype)  # written once
 
-    return out, operator_traffic(loop, memory=[q, k, v, out])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(
+        1
+    )  # tiles this small gain nothing from a second thread, and wait for it on a busy machine
+    try:
+        return out, operator_traffic(loop, memory=[q, k, v, out])
+    finally:
+        torch.set_num_threads(threads)
 
 
 def cpu_roofline_rounds(
