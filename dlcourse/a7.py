@@ -3,7 +3,8 @@
 - :func:`largest_intermediate`: the most numbers that any one tensor created by a torch operation during a call
   holds, a bound on its working memory that does not depend on the machine or the allocator;
 - :func:`saved_bytes`: the bytes a call keeps for its backward pass, through ``ctx.save_for_backward`` (counted with
-  autograd's saved-tensor hooks) and as tensors stored on the ``ctx`` of the output's ``grad_fn``.
+  autograd's saved-tensor hooks) and in whatever the ``ctx`` of the output's ``grad_fn`` holds: tensors stored on it,
+  and tensors inside the dicts, lists, tuples, sets and other objects stored on it, at any depth.
 
 No solutions live here: both functions only observe the code they are given.
 """
@@ -45,8 +46,9 @@ def largest_intermediate(fn: Callable[[], object]) -> tuple[object, int]:
 def saved_bytes(fn: Callable[[], object]) -> tuple[object, int]:
     """``(fn(), bytes)``: the bytes of the tensors that ``fn()`` keeps for the backward pass, each storage once
     (a view counts its whole buffer): those saved through autograd (``ctx.save_for_backward`` and the built-in
-    operations' own saved tensors, seen by ``torch.autograd.graph.saved_tensors_hooks``), and any tensor stored as
-    an attribute of the ``ctx`` of the result's ``grad_fn`` (``ctx.weights = p`` keeps ``p`` alive as surely)."""
+    operations' own saved tensors, seen by ``torch.autograd.graph.saved_tensors_hooks``), and every tensor the ``ctx``
+    of the result's ``grad_fn`` holds: stored as an attribute (``ctx.weights = p`` keeps ``p`` alive as surely), or
+    inside a dict, list, tuple, set or any other object stored on it, at any depth (``ctx.kept = {"p": p}``)."""
     import torch
 
     storages: dict[int, int] = {}
@@ -62,10 +64,35 @@ def saved_bytes(fn: Callable[[], object]) -> tuple[object, int]:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         result = fn()
     outputs = result if isinstance(result, tuple | list) else [result]
+    seen: set[int] = set()
     for output in outputs:
         node = getattr(output, "grad_fn", None)
-        for value in getattr(node, "__dict__", {}).values():
-            for item in value if isinstance(value, tuple | list) else [value]:
-                if isinstance(item, torch.Tensor):
-                    count(item)
+        if node is not None:
+            _held_tensors(getattr(node, "__dict__", {}), count, seen)
     return result, sum(storages.values())
+
+
+def _held_tensors(value, count: Callable[[object], None], seen: set[int]) -> None:
+    """``count`` every tensor that ``value`` holds: itself, the items of a container, the attributes of an object
+    (classes, modules and functions are code, not data kept for backward: not entered), each object once."""
+    import types
+
+    import torch
+
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        count(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _held_tensors(item, count, seen)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            _held_tensors(item, count, seen)
+    elif not isinstance(
+        value, type | types.ModuleType | types.FunctionType | types.MethodType | types.BuiltinFunctionType
+    ):
+        attributes = getattr(value, "__dict__", None)
+        if isinstance(attributes, dict):
+            _held_tensors(attributes, count, seen)

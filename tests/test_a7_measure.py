@@ -46,3 +46,30 @@ def test_saved_bytes_counts_saved_tensors_and_tensors_on_ctx_once():
     assert plain == 0
     _, product = saved_bytes(lambda: q @ k.mT)  # a product keeps both factors; k.mT is a view of k's storage
     assert product == 8 * (3 * 5 + 7 * 5)
+
+
+class KeepsWeightsInContainers(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k):
+        weights = torch.softmax(q @ k.mT, dim=-1)
+        ctx.save_for_backward(q, k)
+        ctx.kept = {"weights": weights}  # a dict on ctx keeps the weights alive as surely as an attribute
+        ctx.nested = [
+            (weights.T, {"again": [weights * 2]})
+        ]  # a view of the same buffer, and a new one, nested
+        ctx.holder = type("Holder", (), {})()
+        ctx.holder.scores = q @ k.mT  # on an object stored on ctx
+        ctx.function = torch.softmax  # code, not data: not entered
+        return weights
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError
+
+
+def test_saved_bytes_counts_tensors_in_dicts_lists_and_objects_on_ctx():
+    q = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    _, kept = saved_bytes(lambda: KeepsWeightsInContainers.apply(q, k))
+    # q and k, the weights once (their transpose shares the buffer), the doubled weights, the scores
+    assert kept == 8 * (3 * 5 + 7 * 5 + 3 * 7 + 3 * 7 + 3 * 7)
