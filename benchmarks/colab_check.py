@@ -15,7 +15,10 @@ test's no-leaked-warnings rule would reject, and the time.
 The Python is ``$COLAB_PYTHON`` when set, else the newest 3.13 or 3.12 found (``python3.13`` on PATH, then a
 version manager's ``pyenv prefix``), else this Python (said so in the output). The result goes to
 ``benchmarks/results/colab-check-<UTC time>.json`` and a section of ``benchmarks/RESULTS.md``. Never part of
-``make test``: the download is large and the run takes many minutes.
+``make test``: the download is large and the run takes many minutes. It says what it is doing as it goes: pip's
+own lines while the environment is built, a line per notebook with its count ("[3/22] colab: lectures/..."), and
+a line with the elapsed seconds whenever a step has been silent for ``HEARTBEAT_S``; the kernels' known
+start-up noise (``KERNEL_NOISE``, ``KERNEL_QUIET_ENV``) is left out of that log.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,6 +65,15 @@ _SITE = re.compile(r"\S*?[/\\](?:site|dist)-packages[/\\]")
 _CELL_FILE = re.compile(r"\S*ipykernel_\d+[/\\]\d+\.py")
 _LINE_NO = re.compile(r"(\.py):\d+:")
 _WARNING = re.compile(r"(\w+Warning): (.*)")
+HEARTBEAT_S = 10.0  # a long step (the download, the install, a notebook's cells) says it is alive this often
+# The kernels' known start-up noise, and nothing else. Colab's ipykernel 6 imports debugpy at start (the kernel,
+# and jupyter_client's kernelspec look-up in the process that starts it), whose file check prints 4 lines on a
+# Python with frozen modules ("Debugger warning: It seems that frozen modules are being used ..."): debugpy's
+# own switch turns that check off, in every process of the run. Our pinned ipykernel 7 logs one line per
+# kernel on TCP without a CurveZMQ key (nbclient's kernels: loopback, in a temporary folder): that exact line
+# is dropped from the log, every other line (any other warning included) is kept.
+KERNEL_QUIET_ENV = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+KERNEL_NOISE = (re.compile(r"^\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption\. "),)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -136,9 +150,10 @@ def inner(spec_path: str) -> int:
     env.update(spec["env"])
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     results = {}
-    for path in spec["notebooks"]:
+    for number, path in enumerate(spec["notebooks"], 1):
         print(
-            f"[{time.strftime('%H:%M:%S')}] {spec['label']}: {os.path.relpath(path, spec['root'])}",
+            f"[{time.strftime('%H:%M:%S')}] [{number}/{len(spec['notebooks'])}] {spec['label']}: "
+            f"{os.path.relpath(path, spec['root'])}",
             flush=True,
         )
         results[path] = run_one(path, env, capture=os.sep + "source" + os.sep in path)
@@ -148,6 +163,40 @@ def inner(spec_path: str) -> int:
 
 # ---------------------------------------------------------------------------------------------------------
 # Outside, in the repository's environment: build the second environment, run both, compare, record.
+
+
+def is_noise(line: str) -> bool:
+    return any(pattern.match(line) for pattern in KERNEL_NOISE)
+
+
+def stream(command: list[str], what: str, log, show=print, every: float | None = None, **popen) -> None:
+    """Run ``command`` with its output (stdout and stderr) shown line by line as it comes (``show``), less
+    the kernels' known noise, and ``log`` a line with the elapsed seconds whenever it has been silent for
+    ``every`` seconds (:data:`HEARTBEAT_S`). Raises ``CalledProcessError`` as ``subprocess.run(check=True)``."""
+    every = HEARTBEAT_S if every is None else every
+    lines: queue.Queue = queue.Queue()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", bufsize=1, **popen) as process:  # fmt: skip
+
+        def read() -> None:
+            for line in process.stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        start = time.perf_counter()
+        while True:
+            try:
+                line = lines.get(timeout=every)
+            except queue.Empty:
+                log(f"{what}: {time.perf_counter() - start:.0f} s so far")
+                continue
+            if line is None:
+                break
+            if not is_noise(line):
+                show(line)
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
 
 
 def cache_dir() -> Path:
@@ -214,26 +263,18 @@ def build_env(python: str, cache: Path, log) -> tuple[Path, dict]:
             f"environment: downloading Colab's pins for Python {version} (once; several GB with torch's CUDA libraries)"
         )
         start = time.perf_counter()
-        pip = [
-            python,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-cache-dir",
-            "--dest",
-            str(wheels),
-            *COLAB_PINS,
-        ]
-        subprocess.run(pip, check=True)
+        pip = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-cache-dir", "--dest",
+               str(wheels), *COLAB_PINS]  # fmt: skip
+        stream(pip, "downloading", log, show=lambda line: print(f"  {line}", flush=True))
         cost["download_seconds"] = round(time.perf_counter() - start, 1)
         cost["downloaded_bytes"] = du(wheels) - before
         shutil.rmtree(venv, ignore_errors=True)
         start = time.perf_counter()
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
-        install = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-cache-dir",
-                   "--no-index", "--find-links", str(wheels), *COLAB_PINS]  # fmt: skip
-        subprocess.run(install, check=True)
+        log(f"environment: installing them into {venv}")
+        install = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+                   "--no-cache-dir", "--no-index", "--find-links", str(wheels), *COLAB_PINS]  # fmt: skip
+        stream(install, "installing", log, show=lambda line: print(f"  {line}", flush=True))
         cost["install_seconds"] = round(time.perf_counter() - start, 1)
         stamp.write_text(wanted)
         built = {k: cost[k] for k in ("download_seconds", "downloaded_bytes", "install_seconds")}
@@ -268,12 +309,14 @@ def notebooks(only: list[str] | None) -> list[Path]:
     return chosen
 
 
-def run_in(python: str, label: str, paths: list[Path], env: dict[str, str], scratch: Path) -> dict:
+def run_in(python: str, label: str, paths: list[Path], env: dict[str, str], scratch: Path, log) -> dict:
+    """Run ``paths`` under ``python`` (a line per notebook, with its count; the kernels' noise left out)."""
     spec = scratch / f"{label}.json"
     out = scratch / f"{label}-out.json"
     spec.write_text(json.dumps({"label": label, "root": str(ROOT), "notebooks": [str(p) for p in paths],
-                                "env": env, "out": str(out)}))  # fmt: skip
-    subprocess.run([python, str(Path(__file__).resolve()), "--inner", str(spec)], cwd=scratch, check=True)
+                                "env": {**env, **KERNEL_QUIET_ENV}, "out": str(out)}))  # fmt: skip
+    stream([python, str(Path(__file__).resolve()), "--inner", str(spec)], f"{label} run", log,
+           show=lambda line: print(line, flush=True), cwd=scratch, env={**os.environ, **KERNEL_QUIET_ENV})  # fmt: skip
     return json.loads(out.read_text())
 
 
@@ -351,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = notebooks(args.only)
     with tempfile.TemporaryDirectory(prefix="colab-check-") as scratch:
         scratch = Path(scratch)
+        log("building the course's wheel (make wheel)")
         wheel = build_wheel(scratch / "dist")
         # Each set-up cell installs this wheel, as on Colab; remove an older install so the first one does.
         subprocess.run([colab_python, "-m", "pip", "uninstall", "--quiet", "--yes", "dlcourse"],
@@ -365,10 +409,12 @@ def main(argv: list[str] | None = None) -> int:
 
         def timed(label: str) -> dict:
             start = time.perf_counter()
-            found = run_in(*runs[label][:1], label, paths, runs[label][1], scratch)
+            found = run_in(*runs[label][:1], label, paths, runs[label][1], scratch, log)
             cost[f"{label}_run_seconds"] = round(time.perf_counter() - start, 1)
             return found
 
+        order = "side by side" if args.side_by_side else "one run after the other"
+        log(f"running {len(paths)} notebooks on Colab's versions and on ours ({order}; a line per notebook)")
         with ThreadPoolExecutor(max_workers=2 if args.side_by_side else 1) as pool:
             colab, reference = pool.map(timed, ["colab", "reference"])
         cost["side_by_side"] = args.side_by_side
