@@ -10,11 +10,21 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
 setup: $(STAMP)
 
+# $(call beat,WHAT,COMMAND): COMMAND with its own output, and a line every BEAT_S seconds while it runs (pip says
+# nothing while it unpacks and installs: a minute or more for torch and TensorFlow). Its exit status is COMMAND's.
+BEAT_S ?= 10
+define beat
+( n=0; while sleep 1; do n=$$((n + 1)); [ $$((n % $(BEAT_S))) -ne 0 ] || echo "  ... $(1): $$n s so far"; done ) & \
+	beat=$$!; $(2); status=$$?; kill $$beat 2>/dev/null; exit $$status
+endef
+
+# pip's own progress: a line per package (and, off a terminal, each download's bar once it is done)
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11 or newer is needed, found " + sys.version'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@echo "installing the pinned environment into $(VENV) (a few minutes the first time; pip's lines follow)"
+	@$(call beat,pip,$(PY) -m pip install --disable-pip-version-check -r requirements.txt)
+	@$(call beat,pip,$(PY) -m pip install --disable-pip-version-check --no-deps --no-build-isolation -e .)
 	@touch $(STAMP)
 
 ## demo: the main job: release every assignment, grade the bundled sample submissions, print the grade table
