@@ -93,8 +93,8 @@ def cmd_collect(args) -> int:
 
 def cmd_grade(args) -> int:
     rows = workflows.grade_with_progress(args.course, args.aid, args, args.student or None)
-    if rows:
-        print(workflows.grade_table(rows))
+    if rows:  # a line per submission was printed as each one finished: the totals, or the table if asked
+        print(workflows.grade_table(rows) if args.table else workflows.totals_line(rows))
     return workflows.report_errors(rows)
 
 
@@ -238,7 +238,7 @@ def cmd_gradescope_run(args) -> int:
 def cmd_run(args) -> int:
     out = Path(args.out)
     rows = workflows.run(args.course, args.aid, Path(args.submissions), out, args)
-    print(workflows.grade_table(rows))
+    print(workflows.grade_table(rows) if args.table else workflows.totals_line(rows))
     print(f"grades: {out / 'grades.csv'}; feedback: {out / 'feedback'}")
     return workflows.report_errors(rows)
 
@@ -333,11 +333,18 @@ def _add_intake(sub) -> None:
     p.set_defaults(func=cmd_collect)
 
 
+TABLE_HELP = (
+    "end with a table of this run's results sorted by student (default: the totals; a line per submission is "
+    "printed as each one finishes)"
+)
+
+
 def _add_grading(sub) -> None:
     """The commands grade, regrade."""
     p = sub.add_parser("grade", help="grade the collected submissions, sandboxed and in parallel")
     p.add_argument("aid")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument("--table", action="store_true", help=TABLE_HELP)
     add_grading_options(p)
     p.set_defaults(func=cmd_grade)
 
@@ -444,6 +451,7 @@ def _add_whole_runs(sub) -> None:
     p.add_argument("aid")
     p.add_argument("submissions")
     p.add_argument("--out", required=True)
+    p.add_argument("--table", action="store_true", help=TABLE_HELP)
     add_grading_options(p)
     p.set_defaults(func=cmd_run)
 

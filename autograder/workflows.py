@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from autograder.course import Course
-from autograder.result import Result
+from autograder.result import Result, shorten
 from autograder.runner.isolation import Isolation, resolve
 from autograder.runner.sandbox import Limits
 
@@ -57,17 +57,30 @@ def isolation_from(args) -> Isolation:
 def status_line(result: Result) -> str:
     return (
         f"{result.symbol} {result.student_id:<20} {result.score_text():>11} {result.status:<10} "
-        f"{result.reason[:90]}"
+        f"{shorten(result.reason, 90)}"
     )
 
 
 def grade_table(rows: list[Result]) -> str:
     lines = [f"{'student':<20} {'score':>11}  {'status':<10} reason", "-" * 90]
     lines += [
-        f"{r.student_id:<20} {r.score_text():>11}  {r.status:<10} {r.reason[:70]}"
+        f"{r.student_id:<20} {r.score_text():>11}  {r.status:<10} {shorten(r.reason, 70)}"
         for r in sorted(rows, key=lambda r: r.student_id)
     ]
     return "\n".join(lines)
+
+
+def totals_line(rows: list[Result]) -> str:
+    """What the progress lines (one per submission) do not say: how many of each status, the mean score."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    text = f"{len(rows)} submission(s) graded: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    scored = [r for r in rows if not r.is_error]
+    if scored:
+        mean = sum(r.score for r in scored) / len(scored)
+        text += f"; mean score {mean:.4g} of {max(r.max_score for r in scored):g}"
+    return text
 
 
 def errors_text(rows: list[Result]) -> str:
@@ -78,7 +91,7 @@ def errors_text(rows: list[Result]) -> str:
     lines = [
         f"{len(errors)} submission(s) NOT graded because of a grader error (no score recorded; run again):"
     ]
-    lines += [f"  {r.student_id}: {r.reason[:150]}" for r in errors]
+    lines += [f"  {r.student_id}: {shorten(r.reason, 150)}" for r in errors]
     return "\n".join(lines)
 
 
