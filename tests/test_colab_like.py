@@ -114,8 +114,10 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_holds_the_course_package_and_nothing_else(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = {ROOT / n for n in names if not n.startswith(f"dlcourse-{VERSION}.dist-info/")}
-    # every module of dlcourse (its exercises' checks included), and no autograder, tests or notebooks
+    # every module of dlcourse (its exercises' checks included) and its texts (lecture 16's), and no autograder,
+    # tests or notebooks
     expected = {p for p in (ROOT / "dlcourse").rglob("*.py") if "__pycache__" not in p.parts}
+    expected |= set((ROOT / "dlcourse" / "texts").glob("*.txt"))
     assert shipped == expected, (
         f"missing {sorted(map(str, expected - shipped))}, extra {sorted(map(str, shipped - expected))}"
     )
