@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -211,9 +212,15 @@ def demo(course: Course, out: Path, args) -> int:
         if not samples.is_dir():
             print(f"{aid}: no sample submissions in {samples.relative_to(course.root)}; skipped")
             continue
-        print(f"== {aid}: grading {len(list(samples.glob('*.ipynb')))} sample submissions")
+        notebooks = sorted(
+            samples.glob("*.ipynb")
+        )  # the samples; wrong/ beside them is the test suite's corpus
+        print(f"== {aid}: grading {len(notebooks)} sample submissions")
         try:
-            graded += run(course, aid, samples, out / aid, args)
+            with tempfile.TemporaryDirectory(prefix=f"{aid}-samples-") as folder:
+                for path in notebooks:
+                    shutil.copy(path, Path(folder) / path.name)
+                graded += run(course, aid, Path(folder), out / aid, args)
         except RuntimeError as err:  # the isolation, reference or canary check refused: nothing recorded
             print(f"error: {err}\n", file=sys.stderr)
             refused.append(aid)
