@@ -71,10 +71,10 @@ def grade(
     canary = None
     if proof.record is None and scheduler:  # the canary is graded here, before the cluster gets a job
         started = time.monotonic()
-        conclude(proof, run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep), "ran",
-                 time.monotonic() - started)  # fmt: skip
+        conclude(proof, run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep, on_progress),
+                 "ran", time.monotonic() - started)  # fmt: skip
     elif proof.record is None:
-        canary = CanaryBeside(proof)
+        canary = CanaryBeside(proof, on_progress)
         jobs = [*canary.jobs, *jobs]
     if proof.record is not None:
         _proved(proof, on_notice, on_progress)

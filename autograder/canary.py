@@ -32,6 +32,7 @@ import nbformat
 from autograder.course import Course
 from autograder.handin import frameworks_used
 from autograder.pipeline import Job, decide_kept, make_batch, run_jobs
+from autograder.progress import Heartbeat
 from autograder.record import sha256_regular, write_json_atomic
 from autograder.reference import Reference, build_reference, source_errors
 from autograder.result import STOPPED, Result
@@ -154,19 +155,31 @@ def canary_folder(course: Course, aid: str) -> Path:
 
 def run_canary(
     course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int,
-    keep: Path | None = None,
+    keep: Path | None = None, say=None,
 ):  # fmt: skip
     """Grade the solutions and the untouched release through the students' path: ``{name: result}``; their
-    runs are kept under ``keep`` when given."""
+    runs are kept under ``keep`` when given. ``say`` gets a line as each is graded, and a heartbeat between."""
     folder = canary_folder(course, aid)
     batch = make_batch(course, aid, reference, limits, isolation)
     results: dict[str, Result] = {}
+
+    def arrive(result: Result) -> None:
+        results[result.student_id.split("/", 1)[1]] = result
+        beat(canary_line(aid, result, len(results)))
+
     try:
         jobs = canary_jobs(course, aid, reference, folder, keep)
-        run_jobs(batch, jobs, workers, lambda r: results.__setitem__(r.student_id.split("/", 1)[1], r))
+        with Heartbeat(say, f"{aid}: canary") as beat:
+            run_jobs(batch, jobs, workers, arrive)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def canary_line(aid: str, result: Result, count: int) -> str:
+    """The progress line of one of the canary's results ("A6: canary: solutions graded 100/100 (1 of 2)")."""
+    name = result.student_id.split("/", 1)[1]
+    return f"{aid}: canary: {name} graded {result.score:g}/{result.max_score:g} ({count} of {len(CANARY)})"
 
 
 def redecide_canary(
@@ -323,9 +336,10 @@ def _the_reference(
         say(
             f"{aid}: proving the grader: the reference (the source's solutions run in the sandbox, or decided again)"
         )
-    if probe == "always":
-        return _reference_beside_the_probe(course, aid, limits, isolation)
-    reference = build_reference(course, aid, limits=limits, isolation=isolation)
+    with Heartbeat(say, f"{aid}: reference") as beat:  # a line at least every HEARTBEAT_SECONDS
+        if probe == "always":
+            return _reference_beside_the_probe(course, aid, limits, isolation, beat)
+        reference = build_reference(course, aid, limits=limits, isolation=isolation, say=beat)
     if reference.how == "built":  # it ran: as if beside the probe, kept only if the probe passes
         say(f"{aid}: proving the grader: probing the sandbox")
         _probe_or_discard(course, aid, limits, isolation, reference)
@@ -344,7 +358,9 @@ def _probe_or_discard(
         raise
 
 
-def _reference_beside_the_probe(course: Course, aid: str, limits: Limits, isolation: Isolation) -> Reference:
+def _reference_beside_the_probe(
+    course: Course, aid: str, limits: Limits, isolation: Isolation, say=None
+) -> Reference:
     """Probe the isolation and build the reference at once: the reference runs the instructor's own source, so
     it need not wait for the probe, which guards the students' code (0.3 s of a first class). A probe that
     fails refuses everything all the same, and a reference built beside it is not kept: it was made in a
@@ -360,7 +376,7 @@ def _reference_beside_the_probe(course: Course, aid: str, limits: Limits, isolat
     prober = threading.Thread(target=probe, name="probe", daemon=True)
     prober.start()
     try:
-        reference = build_reference(course, aid, limits=limits, isolation=isolation)
+        reference = build_reference(course, aid, limits=limits, isolation=isolation, say=say)
     except BaseException:
         prober.join()
         if failed:  # the isolation's failure first: it is what the instructor must fix
@@ -420,7 +436,7 @@ def prove(
     proof = begin_proof(course, aid, limits, isolation, workers, strict, say, probe)
     if proof.record is None:
         started = time.monotonic()
-        results = run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep)
+        results = run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep, say)
         conclude(proof, results, "ran", time.monotonic() - started)
     return proof.reference, {**proof.record, "proof_seconds": proof.seconds}
 
@@ -428,13 +444,15 @@ def prove(
 class CanaryBeside:
     """The canary run on the students' workers, first in their queue, so that no core waits for it: the
     students' results that arrive before it passed are held, never recorded, until :meth:`arrive` has
-    both of its results and :func:`conclude` passed (it raises otherwise)."""
+    both of its results and :func:`conclude` passed (it raises otherwise). ``say`` gets a line as each of
+    its results arrives, and a heartbeat until both have."""
 
-    def __init__(self, proof: Proof):
+    def __init__(self, proof: Proof, say=None):
         self.proof, self.results, self.started = proof, {}, time.monotonic()
         self.folder = canary_folder(proof.course, proof.aid)
         self.jobs = canary_jobs(proof.course, proof.aid, proof.reference, self.folder, proof.keep)
         self.sids = {job.sid for job in self.jobs}
+        self.beat = Heartbeat(say, f"{proof.aid}: canary").start()
 
     def owns(self, result: Result) -> bool:
         return result.student_id in self.sids
@@ -442,10 +460,13 @@ class CanaryBeside:
     def arrive(self, result: Result) -> bool:
         """Take one of the canary's results; True once both are in and the canary passed."""
         self.results[result.student_id.split("/", 1)[1]] = result
+        self.beat(canary_line(self.proof.aid, result, len(self.results)))
         if len(self.results) < len(CANARY):
             return False
+        self.beat.stop()
         conclude(self.proof, self.results, "ran", time.monotonic() - self.started)
         return True
 
     def cleanup(self) -> None:
+        self.beat.stop()
         shutil.rmtree(self.folder, ignore_errors=True)

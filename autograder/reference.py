@@ -20,10 +20,12 @@ import ast
 import fcntl
 import fnmatch
 import hashlib
+import itertools
 import json
 import platform
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -375,8 +377,11 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
     return cells
 
 
-def build_reference(course: Course, aid: str, force: bool = False, limits=None, isolation=None) -> Reference:
-    """Return the reference of ``aid``, running the source only if it (or the machine) changed.
+def build_reference(
+    course: Course, aid: str, force: bool = False, limits=None, isolation=None, say=None
+) -> Reference:
+    """Return the reference of ``aid``, running the source only if it (or the machine) changed; ``say`` gets a
+    line as each of its runs ends (:func:`_build`).
 
     Several graders (or test workers) may ask at once: a lock file makes one of them build it and the
     others wait and reuse it.
@@ -394,7 +399,7 @@ def build_reference(course: Course, aid: str, force: bool = False, limits=None, 
             redecided = redecide(course, aid, target, digest, key)
             if redecided is not None:
                 return replace(redecided, how="decided again from its kept runs")
-        return replace(_build(course, aid, target, digest, key, limits, isolation), how="built")
+        return replace(_build(course, aid, target, digest, key, limits, isolation, say), how="built")
 
 
 def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, files: Path):
@@ -411,7 +416,9 @@ def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, f
     return sandbox, sandbox.run(nb, files=files)
 
 
-def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits, isolation) -> Reference:
+def _build(
+    course: Course, aid: str, target: Path, digest: str, key: str, limits, isolation, say=None
+) -> Reference:
     """Run every notebook of the source at every thread count of :data:`CALIBRATION_THREADS` at once, and
     keep what the solutions recorded. A graded test cell with checks is decided outside the kernel from its
     cases; one without (plain ``assert``s, as nbgrader courses write them) is decided as nbgrader decides it,
@@ -433,7 +440,10 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         assignment_files(course, aid, None, files)
         wanted = [(name, n) for name in sources if notebooks[name]["cells"] for n in counts]
         _run_all(
-            wanted, runs, lambda name, n: _run_source(course, aid, sources[name], limits, isolation, n, files)
+            wanted,
+            runs,
+            lambda name, n: _run_source(course, aid, sources[name], limits, isolation, n, files),
+            say and (lambda line: say(f"{aid}: reference: {line}")),
         )
         source_errors: list[str] = []
         captured = _captured(aid, runs, notebooks, limits, counts, sources, source_errors)
@@ -443,7 +453,7 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
         cases, values = captured[1]
         measured = measure_cells(
             aid, cells, sources, lambda nb: _run_source(course, aid, nb, limits, isolation, 1, files), extra,
-            course_seed(course), limits.timeout,
+            course_seed(course), limits.timeout, say,
         )  # fmt: skip
         _decide_cells(cells, cases, values)
         calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
@@ -473,19 +483,22 @@ def _build(course: Course, aid: str, target: Path, digest: str, key: str, limits
 
 
 def measure_cells(
-    aid: str, cells: dict, sources: dict, run_one, sandboxes: list, seed: int, seconds: float
+    aid: str, cells: dict, sources: dict, run_one, sandboxes: list, seed: int, seconds: float, say=None
 ) -> dict[str, dict[str, bytes]]:
     """Run each measured cell of the (marked) sources as a submission's is run (:mod:`autograder.measure`): with
     the course's seed for its inputs, under its memory cap, its CPU time counted from the first cell. The solutions
     must fit; what they used is kept (``baseline_mb``: what their kernel held when the cell started, the ceiling
     a submission's kernel is held to; ``solution``: their CPU seconds). Returns each cell's captured values, which
     are the reference's for its cases (their inputs come from the seed). ``sandboxes`` keeps each sandbox, to be
-    cleaned up with the others."""
+    cleaned up with the others; ``say`` gets a line as each starts."""
     found = {}
+    measured = [grade_id for grade_id, cell in cells.items() if cell.get("measure")]
     for grade_id, cell in cells.items():
         spec = cell.get("measure")
         if not spec:
             continue
+        if say:
+            say(f"{aid}: measuring {grade_id} ({measured.index(grade_id) + 1} of {len(measured)})")
         caps = {k: v for k, v in spec.items() if k == "memory_mb"}
         if "cpu_seconds" in spec:
             caps["cpu_seconds"] = spec["cpu_seconds"]
@@ -534,14 +547,22 @@ def _graded_cells(aid: str, sources: dict) -> tuple[dict, dict, dict]:
     return cells, notebooks, written
 
 
-def _run_all(wanted: list[tuple[str, int]], runs: dict, run_one) -> None:
+def _run_all(wanted: list[tuple[str, int]], runs: dict, run_one, say=None) -> None:
     """``run_one(notebook, threads)`` for each of ``wanted`` at once, each in a thread, into ``runs``; the
-    first that raised raises here (the grader's failure, said as it is)."""
+    first that raised raises here (the grader's failure, said as it is). ``say`` gets a line as each ends
+    ("run 2 of 3 done (2 threads, 31 s)")."""
     failed: list[BaseException] = []
+    finished = itertools.count(1)  # its next() is one step, so two runs ending at once get two numbers
+    begun = time.monotonic()
+    several = len({name for name, _ in wanted}) > 1
 
     def run(name: str, threads: int) -> None:
         try:
             runs[name, threads] = run_one(name, threads)
+            if say:
+                where = f"{name}, " if several else ""
+                say(f"run {next(finished)} of {len(wanted)} done ({where}{threads} thread{'s' * (threads != 1)}, "
+                    f"{time.monotonic() - begun:.0f} s)")  # fmt: skip
         except BaseException as err:  # noqa: BLE001 (raised again below, in the caller's thread)
             failed.append(err)
 
