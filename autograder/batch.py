@@ -22,6 +22,7 @@ from autograder.canary import CanaryBeside, CanaryFailed, Proof, begin_proof, co
 from autograder.course import Course
 from autograder.handin import frameworks_used, submission_digest, submissions
 from autograder.pipeline import Batch, Job, error_result, grade_one, make_batch, run_jobs
+from autograder.progress import Heartbeat
 from autograder.record import Recorder, load_result, save_result
 from autograder.result import Result
 from autograder.runner.isolation import Isolation, resolve
@@ -99,6 +100,11 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
     this thread as it arrives, once the proof has passed; when the canary fails, no job starts any more,
     nothing of the batch is kept, and :class:`~autograder.canary.CanaryFailed` is raised."""
     on_result, on_notice, on_progress = calls
+    # a line at least every HEARTBEAT_SECONDS while students are graded (one can take half a minute), from the
+    # moment the proof has passed; each result's own line restarts the clock
+    beat = Heartbeat(on_progress, f"{batch.aid}: grading the students")
+    if canary is None or canary.proof.record is not None:
+        beat.start()
     held: list[Result] = []
     stop = threading.Event()
     failed: list[CanaryFailed] = []
@@ -112,6 +118,7 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
             result.timings["record"] = time.perf_counter() - t0
             save_result(batch.course, result)
             results.append(result)
+            beat.touch()
             if on_result:
                 on_result(result)
 
@@ -125,6 +132,7 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
                     return
                 if canary.proof.record is not None:
                     _proved(canary.proof, on_notice, on_progress)
+                    beat.start()
                     for waiting in held:
                         record(waiting)
                     held.clear()
@@ -133,10 +141,13 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
             else:
                 record(result)
 
-        if scheduler:
-            _grade_on_dask(scheduler, batch, jobs, finish)
-        else:
-            run_jobs(batch, jobs, workers, finish, stop)
+        try:
+            if scheduler:
+                _grade_on_dask(scheduler, batch, jobs, finish)
+            else:
+                run_jobs(batch, jobs, workers, finish, stop)
+        finally:
+            beat.stop()
     if failed:
         for result in held:  # what this batch left of students graded meanwhile goes too
             for nb in batch.notebooks:

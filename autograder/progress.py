@@ -32,6 +32,11 @@ class Heartbeat:
             self.last = time.monotonic()
             self.say(line)
 
+    def touch(self) -> None:
+        """Something else was said (a student's result line): the silence starts again from now."""
+        with self.lock:
+            self.last = time.monotonic()
+
     def start(self) -> Heartbeat:
         if self.say is not None and self.thread is None:
             self.begun = self.last = time.monotonic()

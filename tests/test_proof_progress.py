@@ -108,3 +108,36 @@ def test_grade_says_each_reference_run_measured_cell_and_canary_result_with_its_
              ("run 1 of", "measuring", "canary: ", "proved itself")}  # fmt: skip
     assert first["run 1 of"] < first["measuring"] < first["canary: "] < first["proved itself"], lines
     assert result.score == reference.max_score
+
+
+def test_grading_the_students_is_never_silent_for_long_either(tmp_path, monkeypatch):
+    """After the proof, a student's notebook can run for half a minute (A6's does): a heartbeat says the batch is
+    still at work, each result's line restarts its clock, and nothing is said once the batch is done."""
+    if sys.platform != "linux":
+        pytest.skip("grading runs on Linux only")
+    from autograder.batch import grade
+    from autograder.course import Course
+    from autograder.release import release
+    from autograder.samples import filled
+    from tests.fixtures import toy_course
+    from tests.test_way_back import with_cells
+
+    course = Course(toy_course.make_course(tmp_path / "course"))
+    release(course, ["T1"])
+    grade(course, "T1", workers=1)  # the proof, kept: the next batch is the students' only
+    toy_course.submit(course, "slow", with_cells(filled(course, "T1"), "import time\ntime.sleep(3)"))
+    every = 0.5
+    monkeypatch.setattr(autograder.progress, "HEARTBEAT_SECONDS", every)
+    said: list[tuple[float, str]] = []
+    results = []
+    (result,) = grade(
+        course, "T1", workers=1,
+        on_progress=lambda line: said.append((time.monotonic(), line)),
+        on_result=lambda r: results.append(time.monotonic()),
+    )  # fmt: skip
+    beats = [t for t, line in said if line.startswith("T1: grading the students: still running")]
+    assert len(beats) >= 3, said  # the notebook sleeps 3 s
+    assert max(beats) < results[0], "no heartbeat after the last result"
+    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    assert max(gaps) < every + 0.5, gaps
+    assert result.score == 100
