@@ -51,7 +51,13 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
             continue
         try:
             _, record = prove(
-                course, aid, limits, isolation, args.workers, getattr(args, "strict_canary", False)
+                course,
+                aid,
+                limits,
+                isolation,
+                args.workers,
+                getattr(args, "strict_canary", False),
+                say=lambda line: print(f"  {line}", flush=True),  # the proof's progress
             )
             scores = record.get("scores", {})
             print(

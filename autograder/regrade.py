@@ -159,6 +159,7 @@ def regrade(
     workers: int,
     on_change=None,
     strict: bool = False,
+    say=None,
 ) -> Regrade:
     """Rebuild the reference and prove it (the canary), then decide every stored result of ``aid`` again."""
     from autograder.canary import prove
@@ -170,7 +171,7 @@ def regrade(
     if not olds:
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
     # nothing runs where every submission is decided again: the probe only where something runs
-    reference, record = prove(course, aid, limits, isolation, workers, strict, probe="if anything runs")
+    reference, record = prove(course, aid, limits, isolation, workers, strict, say, probe="if anything runs")
     report.reference_seconds = time.monotonic() - started
     report.proof = f"reference {reference.how}, canary {record.get('how', 'found passed in the cache')}"
     batch = make_batch(course, aid, reference, limits, isolation)

@@ -146,6 +146,7 @@ def regrade_with_report(course: Course, aid: str, args) -> int:
         args.workers,
         on_change=lambda c: print(c.line()),
         strict=getattr(args, "strict_canary", False),
+        say=lambda line: print(line, flush=True),  # the proof's progress
     )
     for sid, why in sorted(report.skipped.items()):
         print(f"  {sid}: not regraded: {why}")

@@ -141,3 +141,37 @@ def test_grading_the_students_is_never_silent_for_long_either(tmp_path, monkeypa
     gaps = [b - a for a, b in zip(beats, beats[1:])]
     assert max(gaps) < every + 0.5, gaps
     assert result.score == 100
+
+
+def test_doctor_and_regrade_show_the_proofs_progress(tmp_path, monkeypatch, capsys):
+    """`doctor` and `regrade` prove the grader too (a reference built, a canary run): they print its steps."""
+    if sys.platform != "linux":
+        pytest.skip("grading runs on Linux only")
+    import autograder.canary
+    from autograder.cli import main
+    from autograder.course import Course
+    from autograder.release import release
+    from tests.fixtures import toy_course
+
+    course = Course(toy_course.make_course(tmp_path / "course"))
+    release(course, ["T1"])
+    assert main(["--course", str(course.root), "doctor", "T1", "--isolation", "basic"]) == 0
+    printed = capsys.readouterr().out
+    assert re.search(r"T1: reference: run 1 of \d+ done", printed), printed
+    assert "T1: canary: solutions graded" in printed, printed
+
+    from autograder.batch import grade
+    from autograder.samples import filled
+
+    toy_course.submit(course, "ada", filled(course, "T1"))
+    grade(course, "T1", workers=1, isolation="basic")
+    said = []
+    real = autograder.canary.prove
+
+    def proving(*args, **kwargs):
+        said.append(kwargs.get("say") or (args[6] if len(args) > 6 else None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autograder.canary, "prove", proving)
+    main(["--course", str(course.root), "regrade", "T1", "--isolation", "basic"])
+    assert said and callable(said[0]), said
