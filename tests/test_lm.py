@@ -133,6 +133,17 @@ def test_the_model_is_causal_and_the_cache_equals_recomputation():
     torch.testing.assert_close(torch.stack(steps[1:], dim=1), full[:, 8:20], atol=1e-5, rtol=1e-5)
 
 
+def test_the_cache_takes_several_new_tokens_at_once():
+    # a prompt fed in chunks: each new query sees the whole cache and the new keys up to its own position
+    model = small_model().eval()
+    idx = torch.randint(40, (2, 20))
+    with torch.no_grad():
+        full = model(idx)
+        caches = [{} for _ in model.blocks]
+        chunks = [model(idx[:, a:b], caches, start=a) for a, b in ((0, 8), (8, 13), (13, 14), (14, 20))]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
 def test_generation_with_and_without_the_cache_gives_the_same_tokens():
     model = small_model().eval()
     runs = [
