@@ -100,8 +100,7 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
     this thread as it arrives, once the proof has passed; when the canary fails, no job starts any more,
     nothing of the batch is kept, and :class:`~autograder.canary.CanaryFailed` is raised."""
     on_result, on_notice, on_progress = calls
-    # a line at least every HEARTBEAT_SECONDS while students are graded (one can take half a minute), from the
-    # moment the proof has passed; each result's own line restarts the clock
+    # a line every HEARTBEAT_SECONDS from the proof on (a notebook can take half a minute); a result restarts it
     beat = Heartbeat(on_progress, f"{batch.aid}: grading the students")
     if canary is None or canary.proof.record is not None:
         beat.start()

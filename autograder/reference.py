@@ -456,13 +456,7 @@ def _build(
             course_seed(course), limits.timeout, say,
         )  # fmt: skip
         _decide_cells(cells, cases, values)
-        calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
-        if problems:
-            raise ReferenceError(
-                f"{aid}: the source's own results differ between {', '.join(map(str, counts))} "
-                f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
-                f"machine. Widen these cases' rtol/atol in the source notebook:\n  " + "\n  ".join(problems)
-            )
+        calibration = _calibrated(aid, cases, captured, counts)
         staged = Path(tempfile.mkdtemp(prefix=f"{aid}-reference-", dir=target.parent))
         captures = [o.capture for (_, n), (_, o) in sorted(runs.items()) if n == 1]
         _write_reference(staged, captures, hidden, {
@@ -480,6 +474,19 @@ def _build(
         for sandbox in [s for s, _ in runs.values()] + extra:
             sandbox.cleanup()
     return load_reference(target)
+
+
+def _calibrated(aid: str, cases: dict, captured: dict, counts: list[int]) -> dict:
+    """The cases' calibration across thread counts (:func:`calibrate`); a reference whose grade would depend on the
+    machine is refused, with the cases to widen."""
+    calibration, problems = calibrate(cases, {t: v for t, (_, v) in captured.items()})
+    if problems:
+        raise ReferenceError(
+            f"{aid}: the source's own results differ between {', '.join(map(str, counts))} "
+            f"BLAS threads by more than a tenth of their tolerance, so the grade would depend on the "
+            f"machine. Widen these cases' rtol/atol in the source notebook:\n  " + "\n  ".join(problems)
+        )
+    return calibration
 
 
 def measure_cells(
