@@ -38,8 +38,9 @@ def naive_attention_bytes(n: int, d: int, element_bytes: int, passes: int = 6, h
 def fused_attention_bytes(n: int, d: int, element_bytes: int, tile: int, heads: int = 1) -> int:
     """Bytes a fused kernel moves when each query tile of ``tile`` rows is loaded once, writes its rows of O once,
     and streams all of K and V through on-chip memory: ``b (2 N d + 2 N d ceil(N / tile))``. FlashAttention-2's
-    loop order; FlashAttention's first version swaps the loops (K and V once, Q and O once per key tile), and
-    both are Theta(N^2 d^2 / M) for on-chip memory M (Dao et al. 2022, Theorem 2)."""
+    loop order; FlashAttention's first version swaps the loops (K and V once, Q and O once per key tile of
+    ``ceil(M / 4d)`` rows, Algorithm 1), and both are Theta(N^2 d^2 / M) for on-chip memory M (Dao et al. 2022,
+    Theorem 2). Left out: the one float32 logsumexp per row a training kernel also writes (4 N bytes)."""
     query_tiles = math.ceil(n / tile)
     return heads * element_bytes * (2 * n * d + 2 * n * d * query_tiles)
 
@@ -95,15 +96,18 @@ def operator_traffic(fn: Callable[[], object], memory: Sequence | None = None) -
             if view or func.overloadpacket in unaliased_views:
                 return out  # a view: it moves no bytes
             read = written = 0
-            for argument, value in zip(schema.arguments, args):
+            # positional arguments in order, then keyword-only ones (``out=``) by name: a written argument,
+            # ``self`` of an in-place operator or an ``out=`` tensor, counts as written, every other as read
+            values = list(zip(schema.arguments, args)) + [
+                (argument, kwargs[argument.name]) for argument in schema.arguments if argument.name in kwargs
+            ]
+            for argument, value in values:
                 for t in tree_flatten(value)[0]:
                     if counted(t):
                         if argument.alias_info is not None and argument.alias_info.is_write:
                             written += _nbytes(t)
                         else:
                             read += _nbytes(t)
-            for name, value in kwargs.items():
-                read += sum(_nbytes(t) for t in tree_flatten(value)[0] if counted(t) and name != "out")
             if not any(
                 r.alias_info is not None for r in schema.returns
             ):  # fresh results, not written arguments
@@ -169,7 +173,11 @@ def cpu_roofline_rounds(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The CPU's float32 matrix-product rate (torch, n x n) and main-memory bandwidth (a numpy copy that reads and
     writes ``copy_bytes``), measured in ``rounds`` interleaved rounds (one product, then one copy), so that a burst
-    of load from other programs falls on both. Returns two arrays, FLOP/s and bytes/s, one entry per round."""
+    of load from other programs falls on both. Returns two arrays, FLOP/s and bytes/s, one entry per round.
+
+    A copy's bytes are counted as STREAM counts its Copy kernel: ``copy_bytes`` read plus ``copy_bytes`` written
+    (a large contiguous numpy copy is a ``memmove``, whose stores bypass the cache, so no extra read of the
+    destination happens), the same convention as the attention counts: bytes read plus bytes written."""
     import torch
 
     a, b = torch.randn(n, n), torch.randn(n, n)

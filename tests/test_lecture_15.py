@@ -118,21 +118,74 @@ def test_the_lecture_prints_a_fused_intensity_that_stops_growing(roofline_printe
 def test_each_roof_compares_intensities_of_its_own_number_format(roofline_printed):
     """A float16 peak's ridge is met by intensities of 2-byte numbers, a float32 one by 4-byte numbers: the
     same FLOPs over half the bytes print twice the intensity."""
-    blocks = re.findall(
-        r"^(\S.*?) \((\d)-byte numbers, ridge.*\n((?:  .*\n)+)", roofline_printed[ROOFLINE], re.M
-    )
+    blocks = roof_blocks(roofline_printed)
     assert len(blocks) >= 3
-    by_format: dict[int, dict[str, float]] = {}
-    for roof, element_bytes, lines in blocks:
-        element_bytes = int(element_bytes)
+    by_format: dict[tuple[int, int], dict[str, float]] = {}
+    for roof, (element_bytes, tile, intensities) in blocks.items():
         assert ("float16" in roof) == (element_bytes == 2) and ("float32" in roof) == (element_bytes == 4)
-        intensities = {
-            name: float(v) for name, v in re.findall(r"(naive|fused):\s+([\d.]+) FLOP/byte", lines)
-        }
         assert set(intensities) == {"naive", "fused"}
-        assert by_format.setdefault(element_bytes, intensities) == intensities
+        assert by_format.setdefault((element_bytes, tile), intensities) == intensities
+    t4_tile = blocks["a T4, float16 tensor cores, published"][1]
     for name in ("naive", "fused"):
-        assert by_format[2][name] == pytest.approx(2 * by_format[4][name], abs=0.15)  # printed to 0.1
+        assert by_format[(2, t4_tile)][name] == pytest.approx(
+            2 * by_format[(4, t4_tile)][name], abs=0.15
+        )  # printed to 0.1
+
+
+def roof_blocks(printed: dict[str, str]) -> dict[str, tuple[int, int, dict[str, float]]]:
+    """Each roof the roofline cell prints: its bytes per number, the fused kernel's query tile, the intensities."""
+    blocks = re.findall(
+        r"^(\S.*?) \((\d)-byte numbers, (\d+)-row query tiles, ridge.*\n((?:  .*\n)+)",
+        printed[ROOFLINE],
+        re.M,
+    )
+    return {
+        roof: (
+            int(element_bytes),
+            int(tile),
+            {name: float(v) for name, v in re.findall(r"(naive|fused):\s+([\d.]+) FLOP/byte", lines)},
+        )
+        for roof, element_bytes, tile, lines in blocks
+    }
+
+
+def test_a_t4_is_counted_with_the_tiles_its_kernel_uses(roofline_printed):
+    """A T4 (sm75) cannot run FlashAttention-2; PyTorch's memory-efficient kernel there takes 64 query rows a tile
+    for head sizes up to 64 (fmha_cutlassF_*_64x64_rf_sm75), half FlashAttention-2's 128: half the limit 2 B_r / b.
+    The verdicts the text states hold with that tile: above the float32 ridge, below the float16 one."""
+    blocks = roof_blocks(roofline_printed)
+    n, d = 2048, 16
+    assert blocks["this CPU, float32, measured"][1] == 128
+    for roof, ridge in (
+        ("a T4, float32, published", 8.1e12 / 320e9),
+        ("a T4, float16 tensor cores, published", 65e12 / 320e9),
+    ):
+        element_bytes, tile, intensities = blocks[roof]
+        assert tile == 64
+        fused = roofline.attention_flops(n, d) / roofline.fused_attention_bytes(n, d, element_bytes, 64)
+        assert intensities["fused"] == pytest.approx(fused, abs=0.05)
+        assert (fused > ridge) == (element_bytes == 4)
+    text = "\n".join(
+        c.source for c in nbformat.read(str(LECTURE), as_version=4).cells if c.cell_type == "markdown"
+    )
+    assert "64-row query tiles" in text and "tiled the same way.)" not in text
+
+
+def test_operator_traffic_counts_an_out_argument_as_written():
+    a, b, c = torch.ones(100), torch.ones(100), torch.empty(100)
+    (op,) = roofline.operator_traffic(lambda: torch.add(a, b, out=c))
+    assert (op.read, op.written) == (800, 400)
+    (op,) = roofline.operator_traffic(lambda: torch.add(a, b))
+    assert (op.read, op.written) == (800, 400)
+
+
+def test_the_text_sizes_tiles_as_dao_et_al_do():
+    """Dao et al. 2022, Algorithm 1: B_c = ceil(M / 4d) key rows, B_r = min(ceil(M / 4d), d) query rows."""
+    text = "\n".join(
+        c.source for c in nbformat.read(str(LECTURE), as_version=4).cells if c.cell_type == "markdown"
+    )
+    assert r"B_r \approx M/(4d)" not in text
+    assert r"B_c = \lceil M/(4d) \rceil" in text and r"B_r = \min(\lceil M/(4d) \rceil, d)" in text
 
 
 def test_cpu_verdict_follows_the_spread_of_the_ridge(roofline_printed):
