@@ -148,8 +148,12 @@ def fast_optimizer(model, lr):
 @pytest.mark.slow
 def test_a5_a_loop_in_workers_forked_before_the_cap_earns_no_fused_step_point(tmp_path):
     results = grade_with(tmp_path, "A5", "fast_optimizer", POOLED_LOOP)
-    cell = next(c for c in results["forger"].cells if c.grade_id == "test_fast_optimizer")
-    assert cell.points == 0, cell
+    cells = {c.grade_id: c for c in results["forger"].cells}
+    speed = cells["test_fast_optimizer_speed"]  # the grader's CPU count, all processes together
+    assert speed.points == 0, speed
+    # the profiler in the kernel sees no step's operations (the workers run them): the 5 points the rules table
+    # says are counted in the kernel are all this loop can take
+    assert cells["test_fast_optimizer"].points <= 5 and results["forger"].score <= 95, cells
 
 
 # ----------------------------------------------------------------------------- T1: the grader's own memory
