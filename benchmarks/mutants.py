@@ -428,7 +428,25 @@ def shown_equivalent(mutant: Mutant, tree: ast.AST, site: Site) -> str:
     node = list(ast.walk(tree))[site.index]
     if site.operator == "swap_args" and site.variant == "" and _call_name(node) in _SYMMETRIC:
         return f"{_call_name(node)}(a, b) == {_call_name(node)}(b, a) elementwise, NaNs included"
+    if _in_accepted(tree, node):
+        return (
+            f"`{ACCEPTED_NAME}` is the grader's, not an answer: check_one_of reads the accepted answers from the "
+            "reference's run of the source, never from the submission's, so a change to them changes no grade"
+        )
     return JUDGED_EQUIVALENT.get(mutant.fingerprint, "")
+
+
+ACCEPTED_NAME = "ACCEPTED"  # a solution cell's accepted answers for check_one_of (A2's bug report)
+
+
+def _in_accepted(tree: ast.AST, node: ast.AST) -> bool:
+    """Whether ``node`` lies in a top-level ``ACCEPTED = ...`` of the cell."""
+    line = getattr(node, "lineno", None)
+    for statement in getattr(tree, "body", []):
+        targets = [t.id for t in getattr(statement, "targets", []) if isinstance(t, ast.Name)]
+        if ACCEPTED_NAME in targets and line is not None and statement.lineno <= line <= statement.end_lineno:
+            return True
+    return False
 
 
 def all_mutants(course: Course, aid: str) -> dict[str, list[Mutant]]:

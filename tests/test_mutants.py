@@ -121,3 +121,26 @@ def test_a_wrong_mutant_is_killed_and_the_control_is_not(tmp_path):
     assert control["full_marks"], control
     assert row["outcome"] == "killed" and row["score"] < row["max_score"], row
     assert any(f.startswith("test_square") for f in row["failed"]), row
+
+
+def test_a_mutant_of_the_accepted_answers_is_shown_equivalent_and_no_other_is():
+    """A2's bug report keeps the grader's accepted lines in its solution cell (ACCEPTED): check_one_of reads them
+    from the reference's run only, so a mutant that changes them cannot change a grade; the BUGS answer beside
+    them is the student's, and its mutants are not excused."""
+    import ast
+
+    from benchmarks.mutants import all_mutants, answer_cells
+    from tests.test_assignments import MAIN
+
+    cell = next(c for c in answer_cells(MAIN, "A2") if c.grade_id == "bug_report")
+    original = ast.unparse(ast.parse(cell.text)).splitlines()
+
+    def changed(m):  # the names the mutated lines assign
+        return {b.split(" =")[0] for a, b in zip(original, m.code.splitlines()) if a != b}
+
+    bug_report = all_mutants(MAIN, "A2")["bug_report"]
+    accepted = [m for m in bug_report if changed(m) == {"ACCEPTED"}]
+    answers = [m for m in bug_report if changed(m) == {"BUGS"}]
+    assert accepted and answers and len(accepted) + len(answers) == len(bug_report)
+    assert all("check_one_of" in m.equivalent for m in accepted)
+    assert not any(m.equivalent for m in answers)
