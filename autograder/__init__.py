@@ -4,6 +4,25 @@ Run it as ``python -m autograder --help``. What other code (the benchmarks, a co
 is :mod:`autograder.api`: ``from autograder.api import grade``. This file imports nothing, so a sandboxed
 child that imports one module of the package loads nothing else.
 
+The package is four wings over a shared vocabulary; a wing imports only from the wings before it (the rule is
+``tests/test_structure.py``'s):
+
+- the vocabulary, here: :mod:`~autograder.course` (where a course's files are), :mod:`~autograder.result`
+  (what a grade is), :mod:`~autograder.settings` (how to grade: limits, isolation, workers), and
+  :mod:`~autograder.gradebook`, :mod:`~autograder.files` and :mod:`~autograder.progress`;
+- :mod:`autograder.runner`: the sandbox that runs one notebook and brings back plain data;
+- :mod:`autograder.intake`: the way in (collecting hand-ins, late work, releases, repair and sanitising of
+  what students wrote, the source's conventions);
+- :mod:`autograder.grading`: the reference, the canary, the pipeline of one submission, the batch, and the
+  verdict decided outside the kernel;
+- :mod:`autograder.outputs`: what goes back (feedback pages, grade sheets, exports, the class report,
+  similarity);
+- :mod:`autograder.commands`: the command line and the workflows that chain the wings; and the doors
+  :mod:`autograder.api` and ``python -m autograder``.
+
+A module's old flat name (``autograder.late``, ``autograder.sanitize``, ... from before the wings) still imports,
+as the same module (:class:`OldNames`), so a course's ``nbgrader_config.py`` written against them keeps working.
+
 It does one thing on import: :class:`WithoutIriGrammar`. nbformat, which every grader process, warm parent and
 sandboxed child loads, imports jsonschema; jsonschema's format checkers import ``rfc3987_syntax`` where it is
 installed (jupyter-events installs it), only for the ``iri`` and ``iri-reference`` formats, and that module
@@ -66,5 +85,42 @@ def give_back_jsonschema() -> None:
         _SET_ASIDE.extend(module for n in listed if (module := sys.modules.pop(n, None)) is not None)
 
 
+# a module's flat name before the wings -> its wing
+_WINGS = {
+    "intake": "collect handin late release samples new conventions notebooks repair sanitize",
+    "grading": "batch canary pipeline reference verify decisions tamper measure evaluate heldout record nbgrader_hooks",
+    "outputs": "gradesheet export feedback report similarity jupyter_csp",
+    "commands": "cli workflows regrade doctor gradescope",
+}
+OLD_NAMES = {
+    f"autograder.{m}": f"autograder.{wing}.{m}" for wing, names in _WINGS.items() for m in names.split()
+}
+
+
+class OldNames:
+    """A finder for the flat names of the modules before the wings: ``import autograder.late`` gives the module
+    ``autograder.intake.late`` itself (one module under two names, so a class or a patch is the same object)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in OLD_NAMES:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(name, OldNames(), origin=OLD_NAMES[name])
+
+    @staticmethod
+    def create_module(spec):
+        from importlib import import_module
+
+        return import_module(OLD_NAMES[spec.name])
+
+    @staticmethod
+    def exec_module(module):
+        pass  # (it ran under its own name)
+
+
 if not any(isinstance(f, WithoutIriGrammar) for f in sys.meta_path):
     sys.meta_path.insert(0, WithoutIriGrammar())
+if not any(isinstance(f, OldNames) for f in sys.meta_path):
+    sys.meta_path.append(OldNames())

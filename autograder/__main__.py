@@ -9,6 +9,6 @@ if __name__ == "__main__":
             file=sys.stderr,
         )
         raise SystemExit(2)
-    from autograder.cli import main
+    from autograder.commands.cli import main
 
     raise SystemExit(main())

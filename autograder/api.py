@@ -1,23 +1,23 @@
 """What code outside the grader (the benchmarks, a course's own scripts) may use: ``from autograder.api import
 grade``. Everything else in the package may change without notice."""
 
-from autograder.batch import grade
-from autograder.canary import prove
+from autograder.commands.regrade import regrade
+from autograder.commands.workflows import throwaway_course
 from autograder.course import ROOT, Course, is_graded_test, is_solution, nbgrader_meta
-from autograder.notebooks import execute_notebook
-from autograder.regrade import regrade
-from autograder.release import release, run_nbgrader
-from autograder.repair import repair
+from autograder.grading.batch import grade
+from autograder.grading.canary import prove
+from autograder.intake.notebooks import execute_notebook
+from autograder.intake.release import release, run_nbgrader
+from autograder.intake.repair import repair
+from autograder.intake.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
 from autograder.runner.forkserver import warm_parents
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits, set_uid_base
-from autograder.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
-from autograder.workflows import throwaway_course
 
 
 def kept_values(course: Course, aid: str, sid: str) -> dict:
     """case name -> the value a student's last run captured, as kept for ``regrade`` ({} where none was)."""
-    from autograder.pipeline import kept_outcome
+    from autograder.grading.pipeline import kept_outcome
     from dlcourse.grading import load_cases
 
     outcome = kept_outcome(course.kept_run(aid, sid))
@@ -27,7 +27,7 @@ def kept_values(course: Course, aid: str, sid: str) -> dict:
 def cold_start() -> None:
     """Forget what this process keeps between batches (the warm parents, the isolation probes), so that the
     next batch starts as a new instructor's first one does."""
-    from autograder import canary
+    from autograder.grading import canary
     from autograder.runner.forkserver import stop_all
 
     stop_all()

@@ -199,7 +199,7 @@ class Course:
         (samples included) and this course's nbgrader configuration: the one way a throwaway course is
         made (``run``, ``demo``, benchmarks, tests). It has its own SQLite gradebook, never this course's
         (nor ``$DLCOURSE_DB_URL``), and shares this course's cache of references and canaries unless given
-        ``cache_root``. Not yet released: ``autograder.release.release(copy, aids)``."""
+        ``cache_root``. Not yet released: ``autograder.intake.release.release(copy, aids)``."""
         root = Path(root) if root else Path(tempfile.mkdtemp(prefix=prefix))
         root.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.root / "nbgrader_config.py", root / "nbgrader_config.py")

@@ -11,8 +11,6 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
-from autograder.tamper import Flag
-
 
 class Status(NamedTuple):
     """A status a result can have: the symbol of the progress line, the words of the feedback page, and for a
@@ -56,6 +54,26 @@ STATUS = {
 STOPPED = tuple(
     name for name, status in STATUS.items() if status.stopped
 )  # how a run can end, short of finishing
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A line of an answer cell that changes what the student did not define: the cell (its grade_id, or its
+    number in the notebook read and the grade_id before it), the line (1-based within the cell) and its text
+    (shortened), and why, in plain words. ``notebook``: which of an assignment's notebooks (set by the
+    grader)."""
+
+    cell: str
+    line: int
+    text: str
+    why: str
+    notebook: str = ""
+
+    def describe(self, notebook: bool = False) -> str:
+        """One line for a report: where, the code, why."""
+        where = [f"{self.notebook}.ipynb"] if notebook and self.notebook else []
+        where += [self.cell] if self.cell else []
+        return ", ".join([*where, f"line {self.line}"]) + f" ({self.text}): {self.why}"
 
 
 @dataclass
@@ -170,7 +188,7 @@ class Result:
     detail: str = ""  # the child's last lines, for the instructor
     traceback: str = ""  # a grader bug's traceback
     # lines of the answer cells that change what the student did not define, read from the submitted code
-    # (:mod:`autograder.tamper`, nothing run): for the instructor's review and the student's page, never points
+    # (:mod:`autograder.grading.tamper`, nothing run): for the instructor's review and the student's page, never points
     code_flags: list[Flag] = field(default_factory=list)
 
     def __post_init__(self) -> None:

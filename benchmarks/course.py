@@ -1,6 +1,6 @@
 """Course run time: every lecture and every source assignment, top to bottom in a fresh kernel.
 
-Each notebook runs as the test suite runs it (``autograder.notebooks.execute_notebook``, in a temporary
+Each notebook runs as the test suite runs it (``autograder.intake.notebooks.execute_notebook``, in a temporary
 folder), and its wall time, kernel start included, is set against its limit: lectures 1-7 90 s, lectures
 8-11 120 s, assignments 120 s, on a 2-core CPU.
 """

@@ -5,7 +5,7 @@ For each assignment (A3 and A1 when both exist) one generated class is graded th
 - **nbgrader**: plain sequential ``nbgrader autograde`` in a throwaway course, with ``DLCOURSE_REFERENCE``
   set so that hidden cases are compared in the student's kernel (nbgrader's own way of grading);
 - **lower bound**: each notebook that nbgrader would run (the submission with the source's test cells, as
-  ``autograder.repair`` builds it) executed once by nbclient, with no grading at all, one after the other;
+  ``autograder.intake.repair`` builds it) executed once by nbclient, with no grading at all, one after the other;
   the total divided by the number of cores is what perfect parallel execution could reach. Each kernel gets
   the thread count the autograder gives its kernels (cores / workers), so parallelism is not counted twice;
 - **autograder**: ``autograder.api.grade`` with ``workers`` (default: the cores), sandboxed as it
@@ -346,7 +346,7 @@ def overhead(rows: list[dict], wall: float, workers: int) -> dict:
     for r in ran:
         t = r["timings"]
         wait = t["sandbox_run"] - t.get("child_notebook", 0.0)
-        # the measurement run (autograder.measure) is reported apart: its own kernel and the cells it measures
+        # the measurement run (autograder.grading.measure) is reported apart: its own kernel and the cells it measures
         rest = max(
             0.0,
             r.get("seconds", 0.0)

@@ -1,6 +1,6 @@
 """Mutation testing of the assignments' graded tests: do they still catch subtly wrong code?
 
-A *mutant* is the perfect submission (:func:`autograder.samples.filled`) with ONE answer cell's solution
+A *mutant* is the perfect submission (:func:`autograder.intake.samples.filled`) with ONE answer cell's solution
 changed by one small, plausible slip: an arithmetic operator swapped, a comparison flipped, a constant
 nudged, a statement dropped, a reduction or an axis changed, a transpose removed, two arguments swapped
 (see :data:`OPERATORS`). Only code that came from between the cell's ``### BEGIN SOLUTION`` and
@@ -92,7 +92,7 @@ _SYMMETRIC = {"maximum", "minimum", "add", "multiply", "fmax", "fmin", "hypot", 
 def solution_lines(source_text: str) -> set[int]:
     """Line numbers (1-based) of the *filled* cell text that lie between BEGIN and END SOLUTION markers.
 
-    The filled text is the source cell with its marker lines removed (:func:`autograder.samples._answers`).
+    The filled text is the source cell with its marker lines removed (:func:`autograder.intake.samples._answers`).
     """
     inside, out, number = False, set(), 0
     for line in source_text.splitlines():

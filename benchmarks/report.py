@@ -402,7 +402,7 @@ def shortfall(key: str, measured, target) -> str:
 def course_section(name: str, run: dict) -> list[str]:
     c = run["sections"]["course"]
     out = [f"## Course run time (run `{name}`)", "", machine_line(run) + ".", "",
-           "Each notebook top to bottom in a fresh kernel (`autograder.notebooks.execute_notebook`), kernel start "
+           "Each notebook top to bottom in a fresh kernel (`autograder.intake.notebooks.execute_notebook`), kernel start "
            "included, against its limit on a 2-core CPU.", ""]  # fmt: skip
     rows = [[f"`{e['notebook']}`", f"{e['seconds']:.1f}", f"{e['limit_seconds']:.0f}", fmt(e["within_limit"]),
              e["error"] or "", e.get("load_average_after")] for e in c["notebooks"]]  # fmt: skip

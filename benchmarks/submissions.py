@@ -1,6 +1,6 @@
 """The generated class: perfect, partial, blank and broken submissions of one assignment.
 
-Made from the assignment's source and release with ``autograder.samples``, so the set follows the
+Made from the assignment's source and release with ``autograder.intake.samples``, so the set follows the
 assignment when it changes. Kinds repeat in a fixed pattern, so that the first 10 or 20 submissions have
 the same mix as all 40 (the scaling runs grade such prefixes); which answers a partial submission gives
 is drawn with a fixed seed.

@@ -28,7 +28,7 @@ def toy(tmp_path_factory):
     """A course directory with the toy assignment T1, released (its gradebook knows T1): a fresh one for each
     test module, so no module's results depend on another's."""
     from autograder.course import Course
-    from autograder.release import release
+    from autograder.intake.release import release
     from tests.fixtures.toy_course import make_course
 
     course = Course(root=make_course(tmp_path_factory.mktemp("toy")))

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from autograder.notebooks import QUIET_ENV
+from autograder.intake.notebooks import QUIET_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.canary import prove
 from autograder.course import Course
-from autograder.release import release
+from autograder.grading.canary import prove
+from autograder.intake.release import release
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.batch import grade
-from autograder.conventions import problems
 from autograder.course import Course, is_graded_test, nbgrader_meta
-from autograder.reference import build_reference
-from autograder.release import LEAK_MARKERS, release, run_nbgrader
-from autograder.samples import samples
+from autograder.grading.batch import grade
+from autograder.grading.reference import build_reference
+from autograder.intake.conventions import problems
+from autograder.intake.release import LEAK_MARKERS, release, run_nbgrader
+from autograder.intake.samples import samples
 from tests.fixtures import wrong_work
 
 MAIN = Course()
@@ -226,7 +226,7 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
 
 @pytest.mark.parametrize("aid", AIDS)
 def test_the_canary_release_is_nbgraders_release_even_after_a_student_saved_into_it(aid, tmp_path):
-    from autograder.samples import filled, untouched
+    from autograder.intake.samples import filled, untouched
 
     release_text = MAIN.release_notebook(aid).read_text()
     assert [c.source for c in untouched(MAIN, aid).cells] == [
@@ -244,7 +244,7 @@ def test_the_canary_release_is_nbgraders_release_even_after_a_student_saved_into
 def test_the_wrong_work_is_well_formed(aid):
     """Each wrong hand-in of the corpus changes answer cells only, each one away from its solution, and names the
     graded cells it must lose and a promise below full marks; an assignment with a corpus has six or more."""
-    from autograder.samples import filled
+    from autograder.intake.samples import filled
 
     wrong = wrong_work.corpus(aid)
     if not wrong:

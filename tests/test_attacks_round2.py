@@ -12,14 +12,14 @@ import unicodedata
 import nbformat
 import pytest
 
-from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
-from autograder.feedback import write_feedback
-from autograder.reference import load_reference
-from autograder.release import release
+from autograder.grading.batch import grade
+from autograder.grading.reference import load_reference
+from autograder.intake.release import release
+from autograder.intake.samples import filled
+from autograder.outputs.feedback import write_feedback
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
-from autograder.samples import filled
 from tests.fixtures import toy_course
 from tests.test_way_back import answered, with_cells
 

@@ -182,9 +182,9 @@ record_a_big_public_check()
 GRADE_AND_REPORT_PEAK = """
 import json, resource, sys
 import nbformat
-from autograder.batch import grade
+from autograder.grading.batch import grade
 from autograder.course import Course
-from autograder.release import release
+from autograder.intake.release import release
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
 from tests.fixtures import toy_course

@@ -14,14 +14,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
-from autograder.export import write_results_csv
-from autograder.feedback import write_feedback
-from autograder.release import release
+from autograder.grading.batch import grade
+from autograder.intake.release import release
+from autograder.intake.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_metadata
+from autograder.outputs.export import write_results_csv
+from autograder.outputs.feedback import write_feedback
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
-from autograder.samples import CHEAT_CODE, filled, insert_after, strip_nbgrader_metadata
 from tests.fixtures.toy_course import make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=20, memory_mb=2048, nproc=256)

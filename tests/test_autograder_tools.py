@@ -10,15 +10,15 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder import cli
-from autograder.batch import grade
-from autograder.collect import collect
+from autograder.commands import cli
+from autograder.commands.gradescope import build_package, results_json
 from autograder.course import Course
-from autograder.export import export_canvas, export_nbgrader
-from autograder.gradescope import build_package, results_json
-from autograder.report import write_report
+from autograder.grading.batch import grade
+from autograder.intake.collect import collect
+from autograder.intake.samples import filled
+from autograder.outputs.export import export_canvas, export_nbgrader
+from autograder.outputs.report import write_report
 from autograder.runner.sandbox import Limits
-from autograder.samples import filled
 from tests.fixtures.toy_course import submit
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048)
@@ -126,7 +126,7 @@ def test_exports_report_and_gradescope(toy, tmp_path, monkeypatch):
             "run_autograder",
             "source/T1/T1.ipynb",
             "assignments/T1/T1.ipynb",
-            "autograder/cli.py",
+            "autograder/commands/cli.py",
         } <= names
         assert (zf.getinfo("run_autograder").external_attr >> 16) & 0o111
         assert "gradescope-run T1" in zf.read("run_autograder").decode()
@@ -145,7 +145,7 @@ import json, sys
 from pathlib import Path
 from distributed import Client, LocalCluster
 from autograder.course import Course
-from autograder.batch import grade
+from autograder.grading.batch import grade
 from autograder.runner.sandbox import Limits
 
 

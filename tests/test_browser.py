@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder.batch import grade
-from autograder.collect import collect
 from autograder.course import Course, nbgrader_meta
-from autograder.release import release
-from autograder.samples import filled
+from autograder.grading.batch import grade
+from autograder.intake.collect import collect
+from autograder.intake.release import release
+from autograder.intake.samples import filled
 from tests.jupyter_server import CHROMIUM_ARGS, JupyterLab, copy_course, find_chromium
 
 pytestmark = pytest.mark.browser
@@ -255,9 +255,9 @@ def test_instructor_sees_the_assignments_in_formgrader(lab, course, page):
 def test_instructor_reads_the_class_report_and_follows_a_feedback_link(toy, page):
     from playwright.sync_api import expect
 
-    from autograder.feedback import write_feedback
-    from autograder.report import page_path, write_report
-    from autograder.samples import samples
+    from autograder.intake.samples import samples
+    from autograder.outputs.feedback import write_feedback
+    from autograder.outputs.report import page_path, write_report
     from tests.fixtures.toy_course import submit
 
     # bea's and ben's scale pass the public 1-D case and fail the hidden 2-D one; the cheater is flagged
@@ -299,7 +299,7 @@ def test_instructor_reads_the_class_report_and_follows_a_feedback_link(toy, page
 def plain_asserts(tmp_path_factory, chromium_path):
     """An nbgrader course of plain asserts (tests/fixtures/plain_asserts.py), graded by nbgrader and by this
     autograder, with both feedback pages written."""
-    from autograder.feedback import write_feedback
+    from autograder.outputs.feedback import write_feedback
     from tests.fixtures.plain_asserts import build
     from tests.test_nbgrader_courses import ours
 

@@ -7,9 +7,9 @@ import html
 import re
 
 from autograder.course import Course
-from autograder.feedback import write_feedback
-from autograder.record import write_json_atomic
-from autograder.report import page_path, write_report
+from autograder.files import write_json_atomic
+from autograder.outputs.feedback import write_feedback
+from autograder.outputs.report import page_path, write_report
 from tests.fixtures.toy_course import make_course
 
 HIDDEN_FAILURE = "t1.scale.random: 7 of 12 values differ; largest difference 3.5 at [0, 1]"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.notebooks import QUIET_ENV
+from autograder.intake.notebooks import QUIET_ENV
 from dlcourse.runtime import VERSION, WHEEL
 
 pytestmark = pytest.mark.slow

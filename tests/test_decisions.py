@@ -1,5 +1,5 @@
 """Which edits of a source change only the grader's decisions (a hidden check's tolerance written as a number,
-a cell's points) and so keep every recorded value: :func:`autograder.decisions.run_text` is the same before
+a cell's points) and so keep every recorded value: :func:`autograder.grading.decisions.run_text` is the same before
 and after them, and differs after any edit of what a run records."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import copy
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from autograder.decisions import recheck_calibration, run_text, static_tolerances
+from autograder.grading.decisions import recheck_calibration, run_text, static_tolerances
 from dlcourse.grading import Case
 
 HIDDEN = 'check("t.hidden", f(x))'

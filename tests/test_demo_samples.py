@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import nbformat
 
-from autograder.cli import main
+from autograder.commands.cli import main
 from autograder.course import Course
-from autograder.samples import filled
+from autograder.intake.samples import filled
 from tests.fixtures import toy_course
 
 
@@ -16,7 +16,7 @@ def test_demo_grades_the_samples_and_says_nothing_of_the_corpus_beside_them(tmp_
     samples = course.samples("T1")
     (samples / "wrong").mkdir(parents=True)
     (samples / "wrong" / "square_cubes.toml").write_text('bug = "cubes"\n')
-    from autograder.release import release
+    from autograder.intake.release import release
 
     release(course, ["T1"])
     nbformat.write(filled(course, "T1"), str(samples / "perfect.ipynb"))

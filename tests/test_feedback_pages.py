@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from autograder.feedback import failing_line, where_failed
+from autograder.outputs.feedback import failing_line, where_failed
 from autograder.result import CellResult, Result, shorten
 
 HIDDEN = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -59,7 +59,7 @@ def test_a_hidden_assert_shows_its_number_and_message_never_its_code():
 
 
 def test_a_message_that_spells_out_a_hidden_test_is_withheld():
-    from autograder.pipeline import squeezed
+    from autograder.grading.pipeline import squeezed
 
     leaked = "assert squares(4)[-1] == 16"
     where = where_failed(TEST, [error(7, leaked)], HIDDEN, frozenset({squeezed(leaked)}))
@@ -97,7 +97,7 @@ def graded(tmp_path_factory):
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
     from autograder.course import Course
-    from autograder.feedback import write_feedback
+    from autograder.outputs.feedback import write_feedback
     from tests.fixtures.plain_asserts import build
     from tests.test_nbgrader_courses import ours
 

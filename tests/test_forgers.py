@@ -12,12 +12,12 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
-from autograder.release import release
+from autograder.grading.batch import grade
+from autograder.intake.release import release
+from autograder.intake.samples import filled
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
-from autograder.samples import filled
 from tests.fixtures import toy_course
 from tests.test_way_back import with_cells
 
@@ -178,7 +178,7 @@ def test_the_driver_tags_each_recording_with_the_cell_that_ran_not_the_kernels_c
 def test_public_checks_bounds_and_small_booleans_earn_nothing_by_themselves():
     import numpy as np
 
-    from autograder.reference import answer_in_kernel, case_groups
+    from autograder.grading.reference import answer_in_kernel, case_groups
     from dlcourse.grading import Case
 
     public = Case("a.public", "close", {}, public=True)
@@ -202,8 +202,8 @@ def test_public_checks_bounds_and_small_booleans_earn_nothing_by_themselves():
 
 
 def test_points_a_source_declares_decided_in_the_kernel_are_labelled_so_on_every_page():
-    from autograder.gradescope import results_json
-    from autograder.report import kernel_decided
+    from autograder.commands.gradescope import results_json
+    from autograder.outputs.report import kernel_decided
     from autograder.result import CellResult, Result
 
     cell = CellResult("test_quiz", 9.0, 9.0, True, decided="kernel-checks")

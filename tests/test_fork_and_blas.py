@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     from threadpoolctl import threadpool_limits
     from autograder.runner.launchers import spawn
-    from autograder.verify import safe_compare
+    from autograder.grading.verify import safe_compare
     from dlcourse.grading import Case
     from dlcourse.modeldata import encode
 

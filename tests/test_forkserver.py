@@ -13,14 +13,14 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell
 
-from autograder.batch import grade
 from autograder.course import Course
-from autograder.handin import frameworks_used
-from autograder.release import release
+from autograder.grading.batch import grade
+from autograder.intake.handin import frameworks_used
+from autograder.intake.release import release
+from autograder.intake.samples import filled
 from autograder.runner import forkserver
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits, Sandbox
-from autograder.samples import filled
 from tests.fixtures.toy_course import make_course, meta, source_notebook, submit
 
 LIMITS = Limits(timeout=120, cell_timeout=60, memory_mb=3072)
@@ -284,7 +284,7 @@ def test_the_frameworks_of_an_assignment_are_found_without_importing_them(tmp_pa
 
     code = (
         "import sys\n"
-        "from autograder.handin import _findable\n"
+        "from autograder.intake.handin import _findable\n"
         "assert [_findable(m) for m in ('torch._dynamo', 'torch._inductor.compile_fx', 'numpy', 'torch.nosuch',"
         " 'nosuch', 'nosuch.sub')] == [True, True, True, False, False, False]\n"
         "assert 'torch' not in sys.modules and 'numpy' not in sys.modules\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import cli, workflows
+from autograder.commands import cli, workflows
 from autograder.result import Result
 
 WORDS = "the test cell test_predict raised AssertionError: expected the shape of the logits batch to match"

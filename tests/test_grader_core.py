@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from autograder.course import Course
-from autograder.release import release
-from autograder.repair import repair
+from autograder.intake.release import release
+from autograder.intake.repair import repair
 from autograder.result import STATUS
 from autograder.runner.protocol import MAX_HEADER_BYTES, ChildReport, ReportReader
 from tests.fixtures.toy_course import make_course
@@ -156,7 +156,7 @@ STATUS_RULES = [
 def test_status_and_reason_follow_from_the_run_and_the_verdict(
     tmp_path, ended, cell_timeout, failed, flags, status, words
 ):
-    from autograder.pipeline import Grading, Job, status_stage
+    from autograder.grading.pipeline import Grading, Job, status_stage
     from autograder.result import CellResult, Result
     from autograder.runner.sandbox import Limits, Outcome
 
@@ -177,7 +177,7 @@ def test_status_and_reason_follow_from_the_run_and_the_verdict(
 
 
 def test_a_result_reads_back_as_it_was_written(tmp_path):
-    from autograder.record import load_result, save_result
+    from autograder.grading.record import load_result, save_result
     from autograder.result import CellResult, Result
 
     course = Course(root=tmp_path)
@@ -196,7 +196,7 @@ def test_a_result_reads_back_as_it_was_written(tmp_path):
     course.result("T1", "cyd").write_text('{"student_id": "cyd", "assignment": "T1", "status": "lost"}')
     assert load_result(course, "T1", "cyd") is None  # a status nobody knows is not a result
     with pytest.raises(ValueError, match="never recorded"):
-        from autograder.record import Recorder
+        from autograder.grading.record import Recorder
 
         Recorder.record(None, "T1", error)
 
@@ -224,7 +224,7 @@ GROUPINGS = [
 
 @pytest.mark.parametrize("names, case_points, expected", GROUPINGS)
 def test_a_cells_points_are_shared_among_its_cases(names, case_points, expected):
-    from autograder.reference import case_groups
+    from autograder.grading.reference import case_groups
 
     groups = case_groups("cell", cases(*names), 25.0, case_points)
     assert [(g["name"], g["cases"], g["points"]) for g in groups] == expected
@@ -237,7 +237,7 @@ def test_a_cells_points_are_shared_among_its_cases(names, case_points, expected)
      ({"z.*": 5}, "names no case of this cell")],
 )  # fmt: skip
 def test_case_points_that_do_not_add_up_are_refused(case_points, words):
-    from autograder.reference import case_groups
+    from autograder.grading.reference import case_groups
 
     with pytest.raises(ValueError, match=words):
         case_groups("cell", cases("a.hidden1", "a.hidden2"), 25.0, case_points)
@@ -246,8 +246,8 @@ def test_case_points_that_do_not_add_up_are_refused(case_points, words):
 def test_a_failing_hidden_case_costs_only_its_share(tmp_path):
     import numpy as np
 
-    from autograder.reference import CELLS_FILE, case_groups, load_reference
-    from autograder.verify import verify
+    from autograder.grading.reference import CELLS_FILE, case_groups, load_reference
+    from autograder.grading.verify import verify
     from tests.test_grader_trust import record
 
     reference_dir, capture = tmp_path / "reference", tmp_path / "capture"
@@ -466,7 +466,7 @@ def test_the_watchdog_finds_a_forked_runs_own_processes_without_reading_every_pr
 
 
 def test_a_reference_run_that_raises_says_so_instead_of_a_missing_thread_count():
-    from autograder.reference import _run_all
+    from autograder.grading.reference import _run_all
 
     def run_one(name, threads):
         if threads == 4:
@@ -484,8 +484,7 @@ def test_a_results_dict_is_what_asdict_makes_and_a_copy_of_it():
     set, and shares nothing the caller could change the result through."""
     from dataclasses import asdict, fields
 
-    from autograder.result import CellResult, GroupResult, Result, WrittenResult
-    from autograder.tamper import Flag
+    from autograder.result import CellResult, Flag, GroupResult, Result, WrittenResult
 
     groups = [GroupResult("public", 1.0, 2.0, False, "off by one"), GroupResult("hidden", 3.0, 3.0, True)]
     result = Result(

@@ -17,18 +17,19 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import canary, cli, pipeline, workflows
-from autograder.batch import grade
-from autograder.canary import CanaryFailed
+from autograder.commands import cli, workflows
 from autograder.course import Course, nbgrader_meta
-from autograder.export import write_results_csv
-from autograder.reference import ReferenceError, build_reference, calibrate
-from autograder.release import release, run_nbgrader
+from autograder.grading import canary, pipeline
+from autograder.grading.batch import grade
+from autograder.grading.canary import CanaryFailed
+from autograder.grading.reference import ReferenceError, build_reference, calibrate
+from autograder.grading.verify import verify
+from autograder.intake.release import release, run_nbgrader
+from autograder.intake.samples import filled
+from autograder.outputs.export import write_results_csv
 from autograder.runner import isolation
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits, Sandbox
-from autograder.samples import filled
-from autograder.verify import verify
 from dlcourse import grading
 from dlcourse.grading import Case
 from tests.fixtures.toy_course import ROOT, make_course, submit
@@ -123,7 +124,7 @@ def record(directory: Path, name: str, value, expected=None, cell="cell", public
 
 
 def reference_with(tmp_path: Path, value) -> grading.Case:
-    from autograder.reference import CELLS_FILE, load_reference
+    from autograder.grading.reference import CELLS_FILE, load_reference
 
     directory = tmp_path / "reference"
     record(directory, "x.public", value, expected=np.asarray(value))

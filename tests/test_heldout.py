@@ -1,4 +1,4 @@
-"""Held-out evaluation data (autograder/heldout.py): a trained model's graded accuracy is worked out on images and
+"""Held-out evaluation data (autograder/grading/heldout.py): a trained model's graded accuracy is worked out on images and
 labels the grader draws with a seed of the course's own, which the student's kernel never receives; an accuracy
 on inputs and labels the test handed over is a condition that earns nothing by itself."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autograder.heldout import course_seed, draw, heldout_case
-from autograder.reference import answer_in_kernel
+from autograder.grading.heldout import course_seed, draw, heldout_case
+from autograder.grading.reference import answer_in_kernel
 from dlcourse.grading import Case
 
 SPEC = {"data": "shapes", "like": {"seed": 16, "n_train": 200, "n_val": 200}, "n": 300}

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from autograder.batch import grade
-from autograder.samples import filled
+from autograder.grading.batch import grade
+from autograder.intake.samples import filled
 from tests.fixtures.toy_course import submit
 
 
@@ -17,8 +17,8 @@ from tests.fixtures.toy_course import submit
 def test_grading_again_with_nothing_changed_skips_the_proof(toy, monkeypatch):
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    import autograder.batch
-    import autograder.canary
+    import autograder.grading.batch
+    import autograder.grading.canary
 
     submit(toy, "ada", filled(toy, "T1"))
     first = grade(toy, "T1", workers=1)
@@ -27,9 +27,9 @@ def test_grading_again_with_nothing_changed_skips_the_proof(toy, monkeypatch):
     def started(*_args, **_kw):
         raise AssertionError("a sandbox started, with every hand-in graded and the proof kept")
 
-    monkeypatch.setattr(autograder.canary, "_reference_beside_the_probe", started)
-    monkeypatch.setattr(autograder.canary, "_probe_or_discard", started)
-    monkeypatch.setattr(autograder.batch, "prestart", started)
+    monkeypatch.setattr(autograder.grading.canary, "_reference_beside_the_probe", started)
+    monkeypatch.setattr(autograder.grading.canary, "_probe_or_discard", started)
+    monkeypatch.setattr(autograder.grading.batch, "prestart", started)
     said: list[str] = []
     assert grade(toy, "T1", workers=1, on_progress=said.append) == []
     assert not any("probing" in line for line in said), said
@@ -40,7 +40,7 @@ def test_grading_again_with_nothing_changed_skips_the_proof(toy, monkeypatch):
 
 
 def test_release_lists_the_data_files_it_copied(toy, capsys):
-    from autograder.cli import main
+    from autograder.commands.cli import main
 
     data = toy.source / "T1" / "data"
     data.mkdir(exist_ok=True)

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli
-from autograder import collect as intake
-from autograder.collect import collect, read_roster, received_rules, shown, student_id
+from autograder.commands import cli
 from autograder.course import Course
-from autograder.export import export_canvas
-from autograder.late import gradebook, late_penalties
-from autograder.record import save_result
+from autograder.gradebook import gradebook
+from autograder.grading.record import save_result
+from autograder.intake import collect as intake
+from autograder.intake.collect import collect, read_roster, received_rules, shown, student_id
+from autograder.intake.late import late_penalties
+from autograder.outputs.export import export_canvas
 from autograder.result import Result
 from tests.fixtures.toy_course import make_course
 

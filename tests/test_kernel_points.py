@@ -6,7 +6,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from autograder.conventions import MAX_KERNEL_POINTS, kernel_points_problems
+from autograder.intake.conventions import MAX_KERNEL_POINTS, kernel_points_problems
 from tests.test_assignments import AIDS, MAIN
 
 

@@ -14,14 +14,15 @@ from nbgrader.api import Gradebook
 from nbgrader.preprocessors import AssignLatePenalties
 from nbgrader.utils import parse_utc
 
-from autograder import cli
-from autograder.collect import Roster, collect, received_rules
+from autograder.commands import cli
 from autograder.course import Course
-from autograder.export import export_canvas, write_results_csv
-from autograder.feedback import write_feedback
-from autograder.gradesheet import record_in_gradebook
-from autograder.late import DAY, LateWork, assess, course_config, gradebook, late_rule
-from autograder.record import Recorder, save_result
+from autograder.gradebook import course_config, gradebook
+from autograder.grading.record import Recorder, save_result
+from autograder.intake.collect import Roster, collect, received_rules
+from autograder.intake.late import DAY, LateWork, assess, late_rule
+from autograder.outputs.export import export_canvas, write_results_csv
+from autograder.outputs.feedback import write_feedback
+from autograder.outputs.gradesheet import record_in_gradebook
 from autograder.result import CellResult, Result
 from tests.fixtures.toy_course import make_course
 
@@ -80,7 +81,7 @@ def test_the_rule_comes_from_the_course_config_for_us_and_for_nbgrader(tmp_path,
     rule = late_rule(Course(root=root))  # the course's own config: nbgrader's plugin, no penalty by default
     assert isinstance(rule, LateWork) and rule.penalty_method == "none"
     (tmp_path / "nbgrader_config.py").write_text(
-        "c = get_config()\nc.AssignLatePenalties.plugin_class = 'autograder.late.LateWork'\n" + RULE
+        "c = get_config()\nc.AssignLatePenalties.plugin_class = 'autograder.intake.late.LateWork'\n" + RULE
     )
     course = Course(root=tmp_path)
     rule = late_rule(course)

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.notebooks import execute_notebook
+from autograder.intake.notebooks import execute_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 LECTURES = sorted((ROOT / "lectures").glob("[0-9][0-9]_*.ipynb"))

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
+from autograder.commands.gradescope import run_on_gradescope
 from autograder.course import Course
-from autograder.gradescope import run_on_gradescope
-from autograder.pipeline import Grading, Job, repair_stage
-from autograder.record import sha256_file
-from autograder.release import release
-from autograder.repair import MAX_NOTEBOOK_BYTES, Template, repair
+from autograder.files import sha256_file
+from autograder.grading.pipeline import Grading, Job, repair_stage
+from autograder.intake.release import release
+from autograder.intake.repair import MAX_NOTEBOOK_BYTES, Template, repair
 from autograder.result import Result
 from tests.fixtures.toy_course import make_course, submit
 

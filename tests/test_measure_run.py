@@ -1,4 +1,4 @@
-"""The measurement run (autograder/measure.py, autograder/runner/caps.py): a measured test cell runs again in a
+"""The measurement run (autograder/grading/measure.py, autograder/runner/caps.py): a measured test cell runs again in a
 fresh sandboxed kernel, under caps the driver sets from outside the kernel, and its cases come from that run.
 Attacked as the issue's forger attacked A7: naive attention that keeps every score, dressed up by replacing the
 course's measurement helpers with functions that return the expected values, earns none of the measured points."""
@@ -13,7 +13,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from autograder.course import nbgrader_meta
-from autograder.measure import merge_capture
+from autograder.grading.measure import merge_capture
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits, Sandbox
 
@@ -177,9 +177,9 @@ dlcourse.a7.largest_intermediate = _forged_largest
 def grade_with(tmp_path, aid: str, defines: str, code: str) -> dict:
     """The perfect sample of ``aid`` and a copy whose answer cell that defines ``defines`` holds ``code``,
     graded in a fresh copy of the course: {"perfect": Result, "forger": Result}."""
-    from autograder.batch import grade
-    from autograder.release import release
-    from autograder.samples import filled
+    from autograder.grading.batch import grade
+    from autograder.intake.release import release
+    from autograder.intake.samples import filled
     from tests.fixtures.toy_course import submit
     from tests.test_assignments import course_copy
 
@@ -270,9 +270,9 @@ def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
     import subprocess
     import sys
 
-    from autograder.batch import grade
-    from autograder.release import release
-    from autograder.samples import samples
+    from autograder.grading.batch import grade
+    from autograder.intake.release import release
+    from autograder.intake.samples import samples
     from tests.test_assignments import MAIN, course_copy
 
     course = course_copy(tmp_path, ["A5"])
@@ -294,7 +294,7 @@ def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
 def measured_toy_course(tmp_path):
     """The toy course T1 whose scale test is measured under a CPU cap, released."""
     from autograder.course import Course
-    from autograder.release import release
+    from autograder.intake.release import release
     from tests.fixtures import toy_course
 
     nb = toy_course.source_notebook()
@@ -309,9 +309,9 @@ def measured_toy_course(tmp_path):
 def test_a_measured_cell_over_its_cpu_cap_is_tried_once_more_and_only_then(tmp_path, monkeypatch):
     """A loaded grader can push one run past its CPU cap: the cell is measured again, and only a second run
     over it takes its points. A cell that fails on its own (an exception) is not run again."""
-    import autograder.pipeline as pipeline
-    from autograder.batch import grade
-    from autograder.samples import filled
+    import autograder.grading.pipeline as pipeline
+    from autograder.grading.batch import grade
+    from autograder.intake.samples import filled
     from tests.fixtures.toy_course import submit
     from tests.test_way_back import answered
 

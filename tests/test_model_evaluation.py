@@ -1,6 +1,6 @@
 """A recorded model is evaluated in a limited child of its own, a batch at a time: whatever model a submission
 records, the grader's own memory stays as it was, and a model that needs more than the child may take fails
-with a reason that names the limit (:mod:`autograder.evaluate`, :mod:`dlcourse.modeldata`)."""
+with a reason that names the limit (:mod:`autograder.grading.evaluate`, :mod:`dlcourse.modeldata`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from autograder import evaluate, verify
+from autograder.grading import evaluate, verify
 from dlcourse.grading import Case, compare
 from dlcourse.modeldata import MAX_ARRAY_BYTES, decode, encode, model_as_data, parameter_count, predictions
 

@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from autograder.course import Course, nbgrader_meta
-from autograder.samples import filled
+from autograder.intake.samples import filled
 from benchmarks.mutants import (
     OPERATORS,
     AnswerCell,
@@ -40,7 +40,7 @@ def untouched(a, b):
 
 
 def toy_cell() -> AnswerCell:
-    from autograder.samples import SOLUTION_BLOCK
+    from autograder.intake.samples import SOLUTION_BLOCK
 
     text = SOLUTION_BLOCK.sub(lambda m: m.group(1), SOURCE)
     return AnswerCell("toy", text, solution_lines(SOURCE))
@@ -108,7 +108,7 @@ def test_a_mutant_touches_exactly_one_answer_cell():
 def test_a_wrong_mutant_is_killed_and_the_control_is_not(tmp_path):
     """The toy assignment T1 graded for real: ``x ** 2 -> x * 2`` loses points, the round-tripped perfect
     submission gets full marks."""
-    from autograder.release import release
+    from autograder.intake.release import release
     from benchmarks.mutants import grade_mutants
     from tests.fixtures.toy_course import make_course
 

@@ -19,11 +19,11 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.batch import grade
 from autograder.course import Course
+from autograder.grading.batch import grade
+from autograder.intake.samples import strip_nbgrader_metadata
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
-from autograder.samples import strip_nbgrader_metadata
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 
@@ -132,8 +132,8 @@ def test_quickstart_gets_nbgraders_scores(quickstart):
 
 
 def test_quickstart_feedback_report_and_exports(quickstart):
-    from autograder.feedback import write_feedback
-    from autograder.report import write_report
+    from autograder.outputs.feedback import write_feedback
+    from autograder.outputs.report import write_report
 
     ours(quickstart, "ps1")
     pages = write_feedback(Course(root=quickstart), "ps1")
@@ -149,9 +149,9 @@ def test_quickstart_feedback_report_and_exports(quickstart):
 def test_quickstart_regrade_exports_and_gradescope(quickstart, tmp_path):
     """A regrade decides the kernel-decided tests again from the kept outputs without running anything; the
     Canvas CSV and Gradescope's results hold the same points; late work reads the hand-in folder's time."""
-    from autograder.export import export_canvas
-    from autograder.gradescope import results_json
-    from autograder.regrade import regrade
+    from autograder.commands.gradescope import results_json
+    from autograder.commands.regrade import regrade
+    from autograder.outputs.export import export_canvas
 
     course = Course(root=quickstart)
     first = ours(quickstart, "ps1", force=True)
@@ -160,7 +160,7 @@ def test_quickstart_regrade_exports_and_gradescope(quickstart, tmp_path):
     assert {c.student_id: c.new.score for c in report.changes} == {s: r.score for s, r in first.items()}
     table = export_canvas(course, tmp_path / "canvas.csv", ["ps1"]).read_text()
     assert "solutions,,,,,3" in table.replace('"', "")
-    from autograder.similarity import write_similarity
+    from autograder.outputs.similarity import write_similarity
 
     found, page, _ = write_similarity(course, "ps1", nb="problem1")
     assert page.name == "similarity-problem1.html" and found.students == ["partly", "solutions"]
@@ -211,7 +211,7 @@ def test_nbgraders_fixtures_get_nbgraders_scores(fixtures_course):
 
 
 def test_strict_canary_refuses_a_release_that_scores(fixtures_course):
-    from autograder.canary import CanaryFailed
+    from autograder.grading.canary import CanaryFailed
 
     with pytest.raises(CanaryFailed, match="untouched release got 1 points"):
         ours(fixtures_course, "ps1", strict=True, force=True)
@@ -393,7 +393,7 @@ def test_what_real_courses_contain(tmp_path):
 def test_what_a_hand_in_holds_besides_its_notebooks_is_read_as_untrusted(tmp_path):
     """The student's other files go to the run (as nbgrader gives them), read by the grader without following a
     link, without blocking on a FIFO, bounded in size, count and depth; the source's own files win."""
-    from autograder.handin import MAX_DEPTH, assignment_files, submission_digest
+    from autograder.intake.handin import MAX_DEPTH, assignment_files, submission_digest
 
     root = tmp_path / "course"
     (root / "source" / "ps1").mkdir(parents=True)
@@ -435,7 +435,7 @@ def test_what_a_hand_in_holds_besides_its_notebooks_is_read_as_untrusted(tmp_pat
 
 def test_a_kernel_decided_cell_earns_what_nbgrader_gives_never_more(tmp_path):
     """A test cell's value is the student's: whatever number it shows, the cell earns between 0 and its points."""
-    from autograder.verify import kernel_cell
+    from autograder.grading.verify import kernel_cell
 
     def value(text):
         return [

@@ -14,9 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.conventions import check, notes, problems
 from autograder.course import ROOT, Course
-from autograder.new import new
+from autograder.intake.conventions import check, notes, problems
+from autograder.intake.new import new
 
 AID = "N1"
 
@@ -54,7 +54,7 @@ def test_check_help_lists_the_conventions():
 
 @pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 def test_the_starter_meets_the_conventions_and_grades(tmp_path):
-    from autograder.batch import grade
+    from autograder.grading.batch import grade
     from autograder.runner.sandbox import Limits
 
     course = fresh_course(tmp_path)
@@ -78,8 +78,8 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
     """An author's slip the issue found: ``check(name, value, expected=...)`` inside the hidden tests. The kernel
     records it as public; the grader keeps it hidden (its failure told without the value), and, as its value is
     written in the test the kernel runs, a condition: it joins the hidden case before it and earns nothing alone."""
-    from autograder.batch import grade
-    from autograder.reference import build_reference
+    from autograder.grading.batch import grade
+    from autograder.grading.reference import build_reference
     from autograder.runner.sandbox import Limits
 
     course = fresh_course(tmp_path)
@@ -116,7 +116,7 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
 
 
 def test_the_course_configuration_decides_limits_and_folders(tmp_path, monkeypatch):
-    from autograder.workflows import cell_timeout, limits_from
+    from autograder.commands.workflows import cell_timeout, limits_from
 
     monkeypatch.delenv("DLCOURSE_DB_URL", raising=False)
     (tmp_path / "nbgrader_config.py").write_text(

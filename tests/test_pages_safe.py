@@ -28,10 +28,10 @@ from bs4 import BeautifulSoup
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
 from autograder.course import Course
-from autograder.record import Recorder
-from autograder.release import release
+from autograder.grading.record import Recorder
+from autograder.intake.release import release
+from autograder.intake.sanitize import sanitize_notebook
 from autograder.result import Result, WrittenResult
-from autograder.sanitize import sanitize_notebook
 from tests.fixtures.toy_course import make_course, meta, source_notebook
 
 AID = "T1"
@@ -215,8 +215,8 @@ def chromium_path():
 def graded(tmp_path_factory, tracker):
     """A course in which eve's written answer and outputs are the raw payloads in ``autograded/`` (what a
     grader that does not sanitise leaves), and mallory's went through the grader."""
-    from autograder.batch import grade
-    from autograder.feedback import write_feedback
+    from autograder.grading.batch import grade
+    from autograder.outputs.feedback import write_feedback
 
     root = make_course(tmp_path_factory.mktemp("pages") / "course", notebook=source_with_written_question())
     shutil.copy(Path(__file__).parents[1] / "jupyter_server_config.py", root)
@@ -284,7 +284,7 @@ def test_the_grader_writes_autograded_notebooks_with_nothing_live(graded, tracke
 
 @pytest.mark.slow
 def test_nbgraders_own_autograde_writes_autograded_notebooks_with_nothing_live(graded, tracker):
-    from autograder.release import run_nbgrader
+    from autograder.intake.release import run_nbgrader
 
     submitted = nbformat.read(str(graded.submission(AID, "mallory")), as_version=4)
     path = graded.submission(AID, "nbg")
@@ -370,7 +370,7 @@ def transformed(path: str, page: bytes):
 
     from tornado.httputil import HTTPHeaders
 
-    from autograder import jupyter_csp
+    from autograder.outputs import jupyter_csp
 
     headers = HTTPHeaders(
         {"Content-Type": "text/html; charset=UTF-8", "Content-Security-Policy": jupyter_csp.policy()}
@@ -381,7 +381,7 @@ def transformed(path: str, page: bytes):
 
 
 def test_only_the_pages_own_inline_scripts_are_allowed_and_mathjax_is_replaced():
-    from autograder.jupyter_csp import MATHJAX_CDN, sha256
+    from autograder.outputs.jupyter_csp import MATHJAX_CDN, sha256
 
     head, body = b"var submission_id = 'x';", b"window.__pwned_script = true;"
     page = (
@@ -405,8 +405,8 @@ def test_a_cell_whose_outputs_are_not_nbformat_is_shown_without_them_and_the_oth
     an output nbformat refuses gets a note instead; an id two cells share is no reason to drop outputs."""
     import warnings
 
-    from autograder.pipeline import executed_notebook
-    from autograder.sanitize import sanitize_notebook
+    from autograder.grading.pipeline import executed_notebook
+    from autograder.intake.sanitize import sanitize_notebook
 
     cells = [new_code_cell("print(1)"), new_markdown_cell("*text*"), new_code_cell("2"), new_code_cell("3")]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -436,7 +436,7 @@ def test_a_cell_whose_outputs_are_not_nbformat_is_shown_without_them_and_the_oth
 
 def test_a_sanitised_cell_that_nbformat_refuses_is_not_written():
     """The sanitised copy is checked once, whole, in place of a check of each node as it was made."""
-    from autograder import sanitize
+    from autograder.intake import sanitize
 
     nb = nbformat.v4.new_notebook(cells=[new_code_cell("1")])
     real = sanitize.safe_metadata

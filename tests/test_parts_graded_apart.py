@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from autograder.course import nbgrader_meta
-from autograder.samples import filled
+from autograder.intake.samples import filled
 from tests.fixtures.lecture_paste import MAIN, grade_pasted
 
 # assignment -> (answer cell broken, (its text, replaced by), the earlier part's test cells, the later part's)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from autograder.course import Course
-from autograder.release import release
-from autograder.samples import filled
+from autograder.intake.release import release
+from autograder.intake.samples import filled
 from tests.fixtures.toy_course import make_course, submit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -134,9 +134,9 @@ def test_two_graders_share_one_postgres_gradebook(postgres_url, tmp_path):
 def test_deadline_and_extension_on_postgres(postgres_url, tmp_path, monkeypatch):
     from datetime import datetime
 
-    from autograder import cli
-    from autograder.late import deadlines, late_penalty, write_timestamp
-    from autograder.record import Recorder
+    from autograder.commands import cli
+    from autograder.grading.record import Recorder
+    from autograder.intake.late import deadlines, late_penalty, write_timestamp
     from autograder.result import CellResult, Result
 
     course = Course(root=make_course(tmp_path / "late"), db=postgres_url)

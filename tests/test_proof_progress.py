@@ -15,7 +15,7 @@ import autograder.progress
 
 
 def test_a_slow_reference_step_beats_at_least_every_n_seconds_and_stops_when_it_ends(tmp_path, monkeypatch):
-    import autograder.canary
+    import autograder.grading.canary
     from autograder.course import Course
     from autograder.runner.isolation import resolve
     from autograder.runner.sandbox import Limits
@@ -31,10 +31,10 @@ def test_a_slow_reference_step_beats_at_least_every_n_seconds_and_stops_when_it_
         time.sleep(1.0)
         return SimpleNamespace(how="decided again from its kept runs")  # nothing ran: no probe after it
 
-    monkeypatch.setattr(autograder.canary, "build_reference", slow_build)
+    monkeypatch.setattr(autograder.grading.canary, "build_reference", slow_build)
     toy = Course(root=make_course(tmp_path / "course"))  # its source only: the reference is not built
     begun = time.monotonic()
-    autograder.canary._the_reference(
+    autograder.grading.canary._the_reference(
         toy, "T1", Limits(), resolve("basic"), "if anything runs",
         lambda line: said.append((time.monotonic(), line)),
     )  # fmt: skip
@@ -61,10 +61,10 @@ def test_a_heartbeat_with_no_listener_starts_no_thread():
 def test_grade_says_each_reference_run_measured_cell_and_canary_result_with_its_count(tmp_path, monkeypatch):
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    from autograder.batch import grade
-    from autograder.reference import CALIBRATION_THREADS, load_reference
+    from autograder.grading.batch import grade
+    from autograder.grading.reference import CALIBRATION_THREADS, load_reference
+    from autograder.intake.samples import filled
     from autograder.runner.sandbox import Limits
-    from autograder.samples import filled
     from tests.fixtures.toy_course import submit
     from tests.test_measure_run import measured_toy_course
 
@@ -115,10 +115,10 @@ def test_grading_the_students_is_never_silent_for_long_either(tmp_path, monkeypa
     still at work, each result's line restarts its clock, and nothing is said once the batch is done."""
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    from autograder.batch import grade
     from autograder.course import Course
-    from autograder.release import release
-    from autograder.samples import filled
+    from autograder.grading.batch import grade
+    from autograder.intake.release import release
+    from autograder.intake.samples import filled
     from tests.fixtures import toy_course
     from tests.test_way_back import with_cells
 
@@ -147,10 +147,10 @@ def test_doctor_and_regrade_show_the_proofs_progress(tmp_path, monkeypatch, caps
     """`doctor` and `regrade` prove the grader too (a reference built, a canary run): they print its steps."""
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    import autograder.canary
-    from autograder.cli import main
+    import autograder.grading.canary
+    from autograder.commands.cli import main
     from autograder.course import Course
-    from autograder.release import release
+    from autograder.intake.release import release
     from tests.fixtures import toy_course
 
     course = Course(toy_course.make_course(tmp_path / "course"))
@@ -160,18 +160,18 @@ def test_doctor_and_regrade_show_the_proofs_progress(tmp_path, monkeypatch, caps
     assert re.search(r"T1: reference: run 1 of \d+ done", printed), printed
     assert "T1: canary: solutions graded" in printed, printed
 
-    from autograder.batch import grade
-    from autograder.samples import filled
+    from autograder.grading.batch import grade
+    from autograder.intake.samples import filled
 
     toy_course.submit(course, "ada", filled(course, "T1"))
     grade(course, "T1", workers=1, isolation="basic")
     said = []
-    real = autograder.canary.prove
+    real = autograder.grading.canary.prove
 
     def proving(*args, **kwargs):
         said.append(kwargs.get("say") or (args[6] if len(args) > 6 else None))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(autograder.canary, "prove", proving)
+    monkeypatch.setattr(autograder.grading.canary, "prove", proving)
     main(["--course", str(course.root), "regrade", "T1", "--isolation", "basic"])
     assert said and callable(said[0]), said

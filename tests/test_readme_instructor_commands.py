@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.cli import build_parser
+from autograder.commands.cli import build_parser
 from benchmarks import colab_check
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder.record import Recorder
+from autograder.grading.record import Recorder
 from autograder.result import CellResult, Result, WrittenResult
 
 

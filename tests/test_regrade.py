@@ -8,17 +8,17 @@ import json
 import nbformat
 import pytest
 
-from autograder import canary as canary_module
-from autograder import reference as reference_module
-from autograder import regrade as regrade_module
-from autograder.batch import grade
+from autograder.commands import regrade as regrade_module
+from autograder.commands.regrade import regrade
 from autograder.course import Course, nbgrader_meta
-from autograder.reference import source_inputs
-from autograder.regrade import regrade
-from autograder.release import release
+from autograder.grading import canary as canary_module
+from autograder.grading import reference as reference_module
+from autograder.grading.batch import grade
+from autograder.grading.reference import source_inputs
+from autograder.intake.release import release
+from autograder.intake.samples import filled
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
-from autograder.samples import filled
 from tests.fixtures.toy_course import TEST_SCALE, make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=60)
@@ -202,7 +202,7 @@ def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_it
     read what it points to, block, or read forever; a kept run decides only the bytes it was made from."""
     import os
 
-    from autograder.pipeline import KEPT_LAYOUT, keep_run, kept_outcome
+    from autograder.grading.pipeline import KEPT_LAYOUT, keep_run, kept_outcome
     from autograder.runner.protocol import read_capture
     from autograder.runner.sandbox import Outcome
 
@@ -237,7 +237,7 @@ def test_a_kept_capture_gives_back_only_the_names_a_check_writes_within_the_boun
     run's own summary) is never handed to verify, and one larger than any run keeps is refused."""
     import zipfile
 
-    from autograder import pipeline
+    from autograder.grading import pipeline
 
     path = tmp_path / "capture.zip"
     with zipfile.ZipFile(path, "w") as kept:

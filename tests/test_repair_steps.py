@@ -1,4 +1,4 @@
-"""Each step of :data:`autograder.repair.REPAIR_STEPS`, and the assembly after them, on its own: a table of
+"""Each step of :data:`autograder.intake.repair.REPAIR_STEPS`, and the assembly after them, on its own: a table of
 student notebooks (cells as repair reads them) and what the step must decide. The source is a small
 assignment: a read-only set-up cell, an answer cell ``square``, its test cell, and a written answer after
 its prompt."""
@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.repair import (
+from autograder.intake.repair import (
     REPAIR_STEPS,
     Matching,
     Template,

@@ -9,10 +9,10 @@ import re
 import nbformat
 import pytest
 
-from autograder import cli
+from autograder.commands import cli
 from autograder.course import Course
-from autograder.release import release
-from autograder.similarity import (
+from autograder.intake.release import release
+from autograder.outputs.similarity import (
     THRESHOLD,
     compare_pair,
     find_similar,

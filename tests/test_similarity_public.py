@@ -13,11 +13,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from autograder import cli
+from autograder.commands import cli
 from autograder.course import Course
-from autograder.record import save_result
-from autograder.release import release
-from autograder.report import write_report
+from autograder.grading.record import save_result
+from autograder.intake.release import release
+from autograder.outputs.report import write_report
 from autograder.result import Result
 from tests.fixtures import similar_submissions as planted
 

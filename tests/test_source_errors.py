@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from autograder.reference import ReferenceError, _check_run
+from autograder.grading.reference import ReferenceError, _check_run
 
 PLOT = "import matplotlib.pyplot as plt\nax = plt.figure().gca(projection='3d')"
 

@@ -1,6 +1,6 @@
 """The grader's house kept in shape by the suite, not by memory: the import graph of ``autograder/`` and of
-``benchmarks/`` has no circle (imports inside functions counted), no function in ``autograder/`` is over
-60 lines nor any class over 200, ``benchmarks/`` uses only what ``autograder`` exports, and each fact
+``benchmarks/`` has no circle (imports inside functions counted), ``autograder``'s wings import only from the
+wings before them (:data:`WINGS`), no function in ``autograder/`` is over 60 lines nor any class over 200, ``benchmarks/`` uses only what ``autograder`` exports, and each fact
 below is written in one place. Each rule is also tried on a small made-up package, so a broken rule
 cannot pass silently."""
 
@@ -91,6 +91,38 @@ def too_long(package: Path) -> list[str]:
     return found
 
 
+# The wings of ``autograder``, in order: a module imports only from the vocabulary (the package's own modules
+# that are not doors), its own wing and the wings before it; the doors (what other code and ``python -m``
+# enter by) may import anything, and nothing imports them.
+WINGS = ("runner", "intake", "grading", "outputs", "commands")
+DOORS = ("api", "__main__")
+
+
+def rank(name: str, wings=WINGS, doors=DOORS) -> tuple[int, str]:
+    """Where ``name`` (a dotted module of the package) stands: 0 the vocabulary, then each wing, then the doors."""
+    parts = name.split(".")
+    if len(parts) > 1 and parts[1] in doors:
+        return len(wings) + 1, "the doors"
+    if len(parts) > 1 and parts[1] in wings:
+        return wings.index(parts[1]) + 1, parts[1]
+    return 0, "the vocabulary"
+
+
+def wing_breaks(package: Path, wings=WINGS, doors=DOORS) -> list[str]:
+    """Every import (in functions too) from a later wing, or of a door, with both ends."""
+    trees = modules(package)
+    packages = {n for n in trees if (package.parent / n.replace(".", "/") / "__init__.py").is_file()}
+    found = []
+    for name, tree in trees.items():
+        mine, where = rank(name, wings, doors)
+        is_door = mine > len(wings)
+        for other in sorted(imports(name, tree, set(trees), name in packages)):
+            theirs, there = rank(other, wings, doors)
+            if other != package.name and not is_door and theirs > mine:
+                found.append(f"{name} ({where}) imports {other} ({there})")
+    return found
+
+
 def write(folder: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +146,67 @@ def test_the_rules_find_a_circle_through_a_function_level_import_and_a_long_func
     assert circles(pkg) == [] and too_long(pkg) == []
 
 
+def test_the_wing_rule_finds_an_import_from_a_later_wing_and_of_a_door(tmp_path):
+    pkg = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/api.py": "from pkg.commands import cli\n",
+        "pkg/words.py": "",
+        "pkg/runner/__init__.py": "",
+        "pkg/runner/box.py": "from pkg import words\n",
+        "pkg/intake/__init__.py": "",
+        "pkg/intake/late.py": "from pkg.runner import box\ndef f():\n    from pkg.grading import batch\n",
+        "pkg/grading/__init__.py": "",
+        "pkg/grading/batch.py": "from pkg.intake.late import f\n",
+        "pkg/outputs/__init__.py": "",
+        "pkg/commands/__init__.py": "",
+        "pkg/commands/cli.py": "from pkg.grading import batch\nfrom pkg import api\n",
+    }) / "pkg"  # fmt: skip
+    assert wing_breaks(pkg) == [
+        "pkg.commands.cli (commands) imports pkg.api (the doors)",
+        "pkg.intake.late (intake) imports pkg.grading (grading)",
+        "pkg.intake.late (intake) imports pkg.grading.batch (grading)",
+    ]
+    (pkg / "intake/late.py").write_text("from pkg.runner import box\n")
+    (pkg / "commands/cli.py").write_text("from pkg.grading import batch\n")
+    assert wing_breaks(pkg) == []
+    (pkg / "words.py").write_text("from pkg.intake import late\n")  # the vocabulary imports nothing of a wing
+    assert wing_breaks(pkg) == [
+        "pkg.words (the vocabulary) imports pkg.intake (intake)",
+        "pkg.words (the vocabulary) imports pkg.intake.late (intake)",
+    ]
+
+
 # ----------------------------------------------------------------------------- the house
+
+
+def test_each_wing_imports_only_from_the_wings_before_it():
+    assert wing_breaks(ROOT / "autograder") == []
+
+
+def test_each_wing_says_what_it_does_and_what_it_may_import():
+    """The order is written where a newcomer reads it: each wing's ``__init__`` and the package's."""
+    package = (ROOT / "autograder" / "__init__.py").read_text()
+    assert [w for w in WINGS if f":mod:`autograder.{w}`" in package] == list(WINGS)
+    for wing in WINGS:
+        text = (ROOT / "autograder" / wing / "__init__.py").read_text()
+        assert "May import:" in text, wing
+        before = WINGS[: WINGS.index(wing)]
+        assert all(f"autograder.{w}" in text for w in before if w != "runner") or wing == "commands", wing
+        assert not any(
+            f"autograder.{w}`" in text.split("May import:")[1] for w in WINGS[WINGS.index(wing) + 1 :]
+        )
+
+
+def test_a_flat_name_from_before_the_wings_is_the_same_module():
+    import importlib
+
+    from autograder import OLD_NAMES
+
+    for old, new in OLD_NAMES.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    assert {n.rsplit(".", 1)[1] for n in OLD_NAMES} == {
+        p.stem for w in WINGS[1:] for p in (ROOT / "autograder" / w).glob("*.py") if p.stem != "__init__"
+    }
 
 
 @pytest.mark.parametrize("package", ["autograder", "benchmarks"])

@@ -1,4 +1,4 @@
-"""The static check of a submission's code (:mod:`autograder.tamper`): each construct that changes what the
+"""The static check of a submission's code (:mod:`autograder.grading.tamper`): each construct that changes what the
 student did not define is flagged on its line, the configuration the lectures teach is not, no cell of the
 course's own sources, lectures and honest samples is flagged, the cheater samples are, and the flags reach
 the result, the class report and the feedback page without changing points."""
@@ -14,8 +14,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder.course import Course, is_solution
-from autograder.repair import repair
-from autograder.tamper import MAX_FLAGS, Flag, given_code, scan, scan_source
+from autograder.grading.tamper import MAX_FLAGS, given_code, scan, scan_source
+from autograder.intake.repair import repair
+from autograder.result import Flag
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = Course()
@@ -356,8 +357,8 @@ def test_the_pipeline_reads_the_repaired_notebook_and_flags_never_change_points(
     "flagged" and leaves every point as the verdict gave it; merging names each flag's notebook."""
     from types import SimpleNamespace
 
-    from autograder.pipeline import STAGES, Grading, Job, merge_parts, status_stage, tamper_stage
-    from autograder.repair import Template, rebuild
+    from autograder.grading.pipeline import STAGES, Grading, Job, merge_parts, status_stage, tamper_stage
+    from autograder.intake.repair import Template, rebuild
     from autograder.result import CellResult, Result
     from autograder.runner.sandbox import Limits, Outcome
 
@@ -382,8 +383,8 @@ def test_the_pipeline_reads_the_repaired_notebook_and_flags_never_change_points(
 
 
 def test_the_class_report_and_the_feedback_page_show_the_line_and_why(tmp_path):
-    from autograder.feedback import render
-    from autograder.report import render as render_report
+    from autograder.outputs.feedback import render
+    from autograder.outputs.report import render as render_report
     from autograder.result import Result
 
     course = Course(root=tmp_path)
@@ -399,9 +400,9 @@ def test_the_class_report_and_the_feedback_page_show_the_line_and_why(tmp_path):
 
 
 def test_the_results_table_lists_the_flagged_lines_beside_the_runs_flags():
-    from autograder.export import RESULT_COLUMNS, result_row
-    from autograder.gradesheet import Line
-    from autograder.late import Late
+    from autograder.intake.late import Late
+    from autograder.outputs.export import RESULT_COLUMNS, result_row
+    from autograder.outputs.gradesheet import Line
     from autograder.result import Result
 
     flag = Flag("square", 2, "a7.saved_bytes = f", "changes dlcourse.a7.saved_bytes in the course package")
@@ -413,7 +414,7 @@ def test_the_results_table_lists_the_flagged_lines_beside_the_runs_flags():
 
 
 def test_gradescopes_output_shows_the_student_the_flagged_lines():
-    from autograder.gradescope import results_json
+    from autograder.commands.gradescope import results_json
     from autograder.result import Result
 
     flag = Flag("square", 2, "a7.saved_bytes = f", "changes dlcourse.a7.saved_bytes in the course package")
@@ -428,8 +429,8 @@ def test_a_regrade_keeps_what_reading_the_code_flagged(tmp_path, monkeypatch):
     """Deciding again from a kept run reads no code: the old result's flags stay, and so does its status."""
     from types import SimpleNamespace
 
-    from autograder import regrade
-    from autograder.pipeline import status_stage
+    from autograder.commands import regrade
+    from autograder.grading.pipeline import status_stage
     from autograder.result import CellResult, Result
     from autograder.runner.sandbox import Limits, Outcome
     from tests.fixtures.toy_course import make_course
@@ -454,7 +455,7 @@ def test_a_regrade_keeps_what_reading_the_code_flagged(tmp_path, monkeypatch):
 def test_the_canary_passes_solutions_flagged_only_by_their_code_and_warns_of_it():
     """A source's solution that the reading of code flags would flag every student who writes it so: the proof
     passes (the grader agrees with itself) and says so; a flag of the run still fails it."""
-    from autograder.canary import canary_problems, code_flag_warnings
+    from autograder.grading.canary import canary_problems, code_flag_warnings
     from autograder.result import Result
     from autograder.runner.sandbox import Limits
 

@@ -16,13 +16,13 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell
 
-from autograder.batch import grade
 from autograder.course import Course, nbgrader_meta
-from autograder.feedback import write_feedback
-from autograder.release import release
+from autograder.grading.batch import grade
+from autograder.intake.release import release
+from autograder.intake.samples import filled
+from autograder.outputs.feedback import write_feedback
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
-from autograder.samples import filled
 from tests.fixtures.toy_course import ROOT, make_course, submit
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048, nproc=256)
@@ -189,7 +189,7 @@ import sys
 from pathlib import Path
 from autograder.course import Course
 from autograder.runner.isolation import resolve
-from autograder.batch import grade
+from autograder.grading.batch import grade
 from autograder.runner.sandbox import Limits
 grade(Course(root=Path(sys.argv[1])), "T1", workers=2, limits=Limits(timeout=600, cell_timeout=600),
       isolation=resolve(sys.argv[2], sys.argv[3]))
@@ -266,7 +266,7 @@ def _sleepers(token: str) -> list[psutil.Process]:
 
 @pytest.mark.parametrize("command", ["grade", "run", "regrade", "demo"])
 def test_grading_refuses_at_once_without_linux(monkeypatch, capsys, command):
-    from autograder import cli
+    from autograder.commands import cli
 
     monkeypatch.setattr(sys, "platform", "darwin")
     argv = {"run": ["run", "T1", "subs", "--out", "out"], "demo": ["demo"]}.get(command, [command, "T1"])

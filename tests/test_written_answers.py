@@ -12,12 +12,12 @@ import nbformat
 import pytest
 from nbformat.v4 import new_markdown_cell
 
-from autograder.canary import canary_problems
-from autograder.conventions import problems, written_problems
 from autograder.course import Course, nbgrader_meta
+from autograder.grading.canary import canary_problems
+from autograder.intake.conventions import problems, written_problems
+from autograder.intake.samples import TEXT_STUB, filled, model_answer, strip_nbgrader_metadata, untouched
 from autograder.result import Result, WrittenResult
 from autograder.runner.sandbox import Limits
-from autograder.samples import TEXT_STUB, filled, model_answer, strip_nbgrader_metadata, untouched
 from tests.fixtures.toy_course import meta, source_notebook
 
 PROMPT = "**Written question (5 points).** Why can a float32 sum of the same numbers differ in another order?"
@@ -82,8 +82,8 @@ def test_the_model_answer_is_what_a_perfect_sample_writes():
 def graded(tmp_path_factory):
     """The toy course with a written question, released, and three hand-ins graded: ada answers everything
     (the model answer), bob hands in the untouched release, col's notebook lost its metadata in Colab."""
-    from autograder.batch import grade
-    from autograder.release import release
+    from autograder.grading.batch import grade
+    from autograder.intake.release import release
     from tests.fixtures.toy_course import make_course, submit
 
     root = tmp_path_factory.mktemp("written")
@@ -139,7 +139,7 @@ def test_written_answers_reach_the_gradebook_for_manual_grading_apart_from_the_s
 
 
 def test_feedback_says_the_written_answers_await_manual_grading(graded):
-    from autograder.feedback import write_feedback
+    from autograder.outputs.feedback import write_feedback
 
     course, _ = graded
     write_feedback(course, "T1", students=["ada", "bob"])
@@ -151,7 +151,7 @@ def test_feedback_says_the_written_answers_await_manual_grading(graded):
 
 
 def test_gradescope_lists_written_answers_unscored():
-    from autograder.gradescope import results_json
+    from autograder.commands.gradescope import results_json
 
     result = Result("s", "T1", 100, 100, "graded", written=[WrittenResult("written_order", 5.0)])
     data = results_json(result)
@@ -180,10 +180,10 @@ def read_csv(path) -> dict[str, dict]:
 def test_a_manual_score_survives_a_regrade_and_shows_in_the_export(graded, tmp_path):
     from nbgrader.api import Gradebook
 
-    from autograder.batch import grade
-    from autograder.export import awaiting_manual_grading, export_canvas, write_results_csv
-    from autograder.feedback import write_feedback
-    from autograder.regrade import regrade
+    from autograder.commands.regrade import regrade
+    from autograder.grading.batch import grade
+    from autograder.outputs.export import awaiting_manual_grading, export_canvas, write_results_csv
+    from autograder.outputs.feedback import write_feedback
     from autograder.runner.isolation import resolve
 
     course, _ = graded
@@ -233,11 +233,11 @@ def test_one_student_has_one_final_grade_with_written_points_and_a_late_penalty(
 
     from nbgrader.api import Gradebook
 
-    from autograder import cli
-    from autograder.export import export_canvas, write_results_csv
-    from autograder.feedback import write_feedback
-    from autograder.gradesheet import record_in_gradebook
-    from autograder.late import write_timestamp
+    from autograder.commands import cli
+    from autograder.intake.late import write_timestamp
+    from autograder.outputs.export import export_canvas, write_results_csv
+    from autograder.outputs.feedback import write_feedback
+    from autograder.outputs.gradesheet import record_in_gradebook
 
     course, _ = graded
     with Gradebook(course.db_url) as gb:

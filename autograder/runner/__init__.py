@@ -3,4 +3,6 @@
 isolation the batch resolved (:mod:`.isolation`, :mod:`.visibility`, :mod:`.linux`), watched against its
 limits (:mod:`.watchdog`), driven by :mod:`.child`, and heard from only through one bounded report
 (:mod:`.protocol`). Nothing here decides a point. This file imports nothing, so a child loads only what it
-uses."""
+uses.
+
+May import: the vocabulary (``autograder.course``, ``.result``, ``.settings``) and this wing."""

@@ -4,7 +4,7 @@ A course grades how code runs: the working memory of a tiled kernel, the bytes a
 work a cached decoder does per token. Measured in the student's kernel (by a helper the notebook can replace, or
 by a clock it can stop), that is the kernel's word. Here the driver (the grader's process beside the kernel, which
 runs no student code) sets hard resource limits on every process of the run before a *measured* test cell runs
-(``metadata.dlcourse.measure`` of a cell in a notebook the grader built; see :mod:`autograder.measure`):
+(``metadata.dlcourse.measure`` of a cell in a notebook the grader built; see :mod:`autograder.grading.measure`):
 
 - memory: the kernel's address space (or data segment, beside a GPU: :func:`memory_rlimit`) may grow by at most
   ``memory_mb`` over what it holds when the cell starts, and never past ``ceiling_mb`` (a notebook that made room

@@ -272,7 +272,7 @@ def test_cell_id(cell) -> str | None:
 
 
 def _cap(client, caps: dict, since: dict) -> dict:
-    """Before a capped cell (a notebook the grader built: :mod:`autograder.measure`): its caps set on the run's
+    """Before a capped cell (a notebook the grader built: :mod:`autograder.grading.measure`): its caps set on the run's
     processes from here, outside the kernel (:func:`autograder.runner.caps.cap`); ``since`` carries what an
     earlier capped cell set (a CPU budget for the run counts from the first cell)."""
     from autograder.runner.caps import cap

@@ -354,7 +354,7 @@ def close_streams(process, reader: threading.Thread | None) -> None:
 
 def stage_input(given: Path, notebook: nbformat.NotebookNode, files: Path | None) -> Path:
     """The run's input folder (the grader's; readable, not writable, by the submission): copies of the files
-    in ``files`` (a folder the grader made: :func:`autograder.handin.assignment_files`) and the notebook."""
+    in ``files`` (a folder the grader made: :func:`autograder.intake.handin.assignment_files`) and the notebook."""
     given.mkdir(mode=0o755)
     if files is not None:
         for item in files.iterdir():

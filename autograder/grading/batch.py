@@ -1,0 +1,211 @@
+"""Grading a class: the grader proves itself (:mod:`autograder.grading.canary`: the isolation probed, the reference
+built in the sandbox, the source's solutions and the untouched release graded through the students' very
+path), builds the :class:`~autograder.grading.pipeline.Batch` once, grades every submission that has no current
+result through :data:`~autograder.grading.pipeline.STAGES` on worker threads or a Dask cluster, and records each
+result in this process alone, one at a time, as it arrives. A grader error is tried once more and never
+recorded as a score.
+
+The workers' warm parents start at once, beside the probe and the reference; the canary's two runs go first
+in the workers' queue, so no core waits for them; a student's result that comes before the canary passed is
+held and recorded after it, and if the canary fails no further submission starts and nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from autograder.course import Course
+from autograder.grading.canary import CanaryBeside, CanaryFailed, Proof, begin_proof, conclude, run_canary
+from autograder.grading.pipeline import Batch, Job, error_result, grade_one, make_batch, run_jobs
+from autograder.grading.record import Recorder, load_result, save_result
+from autograder.intake.handin import frameworks_used, submission_digest, submissions
+from autograder.progress import Heartbeat
+from autograder.result import Result
+from autograder.runner.isolation import Isolation, resolve
+from autograder.runner.launchers import prestart
+from autograder.runner.sandbox import Limits
+
+__all__ = ["grade"]
+
+
+def grade(
+    course: Course,
+    aid: str,
+    workers: int = 2,
+    limits: Limits | None = None,
+    students: list[str] | None = None,
+    force: bool = False,
+    scheduler: str | None = None,
+    isolation: str | Isolation = "auto",
+    on_result: Callable[[Result], None] | None = None,
+    strict: bool = False,
+    on_notice: Callable[[str], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[Result]:
+    """Grade every submission of ``aid`` that has no current result; return all results of this run.
+
+    Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
+    the reference cannot be built, or the canary (:mod:`autograder.grading.canary`) fails. The canary runs first on
+    the students' own workers; a student's result that comes before it passed is held, and recorded after.
+    """
+    limits = limits or Limits()
+    isolation = resolve(isolation) if isinstance(isolation, str) else isolation
+    found = submissions(course, aid, students)
+    with Recorder(course.db_url) as recorder:
+        if not recorder.knows(aid):
+            raise RuntimeError(
+                f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first"
+            )
+    # every hand-in already graded against the reference on disk: the proof probes the sandbox only if
+    # something (the reference, the canary) has to run, and no warm parent starts
+    nothing_to_run = not force and _all_current(course, aid, found)
+    if isolation.runner == "fork" and not nothing_to_run:  # warm parents start now, beside the probe
+        prestart(frameworks_used(course, aid), workers)
+    probe = "if anything runs" if nothing_to_run else "always"
+    proof = begin_proof(course, aid, limits, isolation, workers, strict, say=on_progress, probe=probe)
+    batch = make_batch(course, aid, proof.reference, limits, isolation)
+    jobs = [Job(sid) for sid, folder in found.items() if force or not _is_current(batch, sid, folder)]
+    canary = None
+    if proof.record is None and scheduler:  # the canary is graded here, before the cluster gets a job
+        started = time.monotonic()
+        conclude(proof, run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep, on_progress),
+                 "ran", time.monotonic() - started)  # fmt: skip
+    elif proof.record is None:
+        canary = CanaryBeside(proof, on_progress)
+        jobs = [*canary.jobs, *jobs]
+    if proof.record is not None:
+        _proved(proof, on_notice, on_progress)
+    results: list[Result] = []
+    try:
+        _grade_jobs(batch, jobs, workers, scheduler, canary, results, (on_result, on_notice, on_progress))
+    finally:
+        if canary is not None:
+            canary.cleanup()
+    return results
+
+
+def _proved(proof: Proof, on_notice, on_progress) -> None:
+    for line in proof.record.get("warnings", []):
+        (on_notice or (lambda text: print(f"note: {proof.aid}: {text}", file=sys.stderr)))(line)
+    if on_progress:
+        on_progress(f"{proof.aid}: the grader proved itself in {proof.seconds:.1f} s; grading the students")
+
+
+def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, results, calls) -> None:
+    """Grade ``jobs`` (the canary's first, when it runs beside them) and record each student's result in
+    this thread as it arrives, once the proof has passed; when the canary fails, no job starts any more,
+    nothing of the batch is kept, and :class:`~autograder.grading.canary.CanaryFailed` is raised."""
+    on_result, on_notice, on_progress = calls
+    # a line every HEARTBEAT_SECONDS from the proof on (a notebook can take half a minute); a result restarts it
+    beat = Heartbeat(on_progress, f"{batch.aid}: grading the students")
+    if canary is None or canary.proof.record is not None:
+        beat.start()
+    held: list[Result] = []
+    stop = threading.Event()
+    failed: list[CanaryFailed] = []
+    with Recorder(batch.course.db_url) as recorder:
+
+        def record(result: Result) -> None:
+            result.inputs = batch.inputs
+            t0 = time.perf_counter()
+            if not result.is_error:  # the grader's failure is never a student's score
+                recorder.record(batch.aid, result)  # gradebook first, then the result file that marks it done
+            result.timings["record"] = time.perf_counter() - t0
+            save_result(batch.course, result)
+            results.append(result)
+            beat.touch()
+            if on_result:
+                on_result(result)
+
+        def finish(result: Result) -> None:
+            if canary is not None and canary.owns(result):
+                try:
+                    canary.arrive(result)
+                except CanaryFailed as err:
+                    failed.append(err)
+                    stop.set()
+                    return
+                if canary.proof.record is not None:
+                    _proved(canary.proof, on_notice, on_progress)
+                    beat.start()
+                    for waiting in held:
+                        record(waiting)
+                    held.clear()
+            elif canary is not None and canary.proof.record is None:
+                held.append(result)  # graded before the proof passed: recorded only once it has
+            else:
+                record(result)
+
+        try:
+            if scheduler:
+                _grade_on_dask(scheduler, batch, jobs, finish)
+            else:
+                run_jobs(batch, jobs, workers, finish, stop)
+        finally:
+            beat.stop()
+    if failed:
+        for result in held:  # what this batch left of students graded meanwhile goes too
+            for nb in batch.notebooks:
+                batch.course.executed(batch.aid, result.student_id, nb or None).unlink(missing_ok=True)
+                shutil.rmtree(
+                    batch.course.kept_run(batch.aid, result.student_id, nb or None), ignore_errors=True
+                )
+        raise failed[0]
+
+
+def _all_current(course: Course, aid: str, found: dict) -> bool:
+    """Whether every hand-in in ``found`` has a result of this very hand-in decided by the reference on disk,
+    which the source has not outdated (read without building anything)."""
+    from autograder.grading.reference import STAMP_FILE, load_reference, source_digest
+
+    stamp = course.reference_dir / aid / STAMP_FILE
+    if not found or not stamp.is_file() or stamp.read_text() != source_digest(course, aid):
+        return False
+    try:
+        names = list(load_reference(stamp.parent).notebooks)
+    except (OSError, ValueError):
+        return False
+    for sid, folder in found.items():
+        result = load_result(course, aid, sid)
+        if result is None or not result.is_current(submission_digest(folder, names), stamp.read_text()):
+            return False
+    return True
+
+
+def _is_current(batch: Batch, sid: str, folder) -> bool:
+    """A result of this very hand-in (its digest) decided by this reference is kept, not graded again."""
+    result = load_result(batch.course, batch.aid, sid)
+    return result is not None and result.is_current(
+        submission_digest(folder, batch.notebooks), batch.reference.digest
+    )
+
+
+def _dask_grade(batch: Batch, job: Job) -> Result:
+    return grade_one(batch, job)
+
+
+def _grade_on_dask(scheduler: str, batch: Batch, jobs: list[Job], finish: Callable[[Result], None]) -> None:
+    """Each job on a Dask worker (the batch sent to each worker once); a lost worker or a grader error is tried once more, then
+    an ``error``."""
+    from distributed import Client, as_completed
+
+    with Client(scheduler) as client:
+        shared = client.scatter(batch, broadcast=True)
+        futures = {client.submit(_dask_grade, shared, job, pure=False): (job, 0) for job in jobs}
+        pool = as_completed(list(futures))
+        for future in pool:
+            job, tries = futures.pop(future)
+            try:
+                result = future.result()
+            except Exception as err:  # the worker died or the task could not run
+                result = error_result(batch, job, err)
+            if result.is_error and tries == 0:
+                again = client.submit(_dask_grade, shared, job, pure=False)
+                futures[again] = (job, 1)
+                pool.add(again)
+                continue
+            finish(result)

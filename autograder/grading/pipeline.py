@@ -1,0 +1,716 @@
+"""One submission's way through the grader: the declared :data:`STAGES` (repair -> tamper -> sandbox_run ->
+verify -> keep -> status), each notebook of a hand-in in a kernel of its own, on the :class:`Batch` that every
+submission of a grading run shares (built once: the course, the reference, the parsed source and release,
+the frameworks to warm).
+
+Workers (:func:`run_jobs`) grade submissions in parallel, each waiting on its own sandboxed child, so the
+grader's process never runs student code; each worker starts its next child while the current one runs.
+A run that failed for the grader's reasons (its kernel never started, the sandbox could not be set up, the
+disk filled) gets status ``error``, is tried once more, and is never recorded as a score. The batch
+around this (the proof, recording, Dask) is :mod:`autograder.grading.batch`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import queue
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+import unicodedata
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import nbformat
+
+from autograder.course import Course
+from autograder.files import read_bytes_bounded, write_json_atomic
+from autograder.grading.heldout import course_seed
+from autograder.grading.measure import (
+    ALLOWED,
+    caps_for,
+    describe,
+    measure_seed,
+    measured_entry,
+    measurement_notebook,
+    merge_capture,
+)
+from autograder.grading.reference import Reference, source_inputs
+from autograder.grading.tamper import given_code, scan
+from autograder.grading.verify import Verdict, verify, written_results
+from autograder.intake.handin import assignment_files, frameworks_used, submission_digest
+from autograder.intake.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, rebuild
+from autograder.result import STATUS, CellResult, Result
+from autograder.runner.caps import over_cpu
+from autograder.runner.isolation import Isolation
+from autograder.runner.protocol import CAPTURE_NAME
+from autograder.runner.sandbox import Limits, Outcome, Sandbox
+
+__all__ = ["STAGES", "Batch", "Job", "grade_one", "make_batch", "run_jobs", "stages"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What every submission of one grading run shares, made once by :func:`make_batch`: frozen values, so
+    it travels to a Dask worker whole (sent once per worker)."""
+
+    course: Course  # its workspace, gradebook and cache root
+    aid: str
+    reference: Reference  # its digest a plain field
+    limits: Limits
+    isolation: Isolation
+    warm: tuple[str, ...]  # modules a child imports before the student's code arrives
+    private: tuple[str, ...]  # folders no kernel may see
+    templates: dict[str, Template]  # notebook -> its source and release, parsed
+    hidden: dict[str, frozenset[str]]  # notebook -> the hidden tests' lines no output may spell
+    inputs: dict[str, str]  # what the source's graded lines are (:func:`assignment_inputs`)
+
+    @property
+    def notebooks(self) -> list[str]:
+        return list(self.reference.notebooks)
+
+    def sandbox(self, slot: int = 0) -> Sandbox:
+        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
+
+
+def make_batch(course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation) -> Batch:
+    """The shared part of grading ``aid``: every notebook's source and release read and parsed here, once."""
+    names = list(reference.notebooks)
+    templates = {nb: Template.read(course, aid, nb or None) for nb in names}
+    reference = replace(reference, heldout_seed=course_seed(course))
+    return Batch(
+        course, aid, reference, limits, isolation,
+        warm=frameworks_used(course, aid),
+        private=tuple(course.private_folders()),
+        templates=templates,
+        hidden={nb: hidden_test_lines(course, aid, nb or None) for nb in names},
+        inputs=assignment_inputs(course, aid),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Job:
+    """One submission to grade: the student, and the hand-in's folder when it is not in ``submitted/`` (the
+    canary's)."""
+
+    sid: str
+    path: str = ""
+    keep: str = ""  # where to keep the run instead (the canary's: decided again after an edit of decisions)
+
+
+# ----------------------------------------------------------------------------- one submission's stages
+
+
+@dataclass
+class Grading:
+    """One notebook of a submission on its way through :data:`STAGES`: what each stage needs and what it
+    left (``reference`` is that notebook's part)."""
+
+    job: Job
+    reference: Reference
+    path: Path
+    result: Result
+    sandbox: Sandbox | None = None  # a pre-started child, or None to start one at the run stage
+    repaired: Repaired | None = None
+    outcome: Outcome | None = None
+    verdict: Verdict | None = None
+    nb: str = ""  # the notebook's name ("" for the assignment's one notebook)
+    files: Path | None = None  # the folder of files the run gets beside the notebook
+    raw: tuple[bytes | None, str | None] | None = None  # the notebook's bytes, read once (or why not)
+
+
+def repair_stage(b: Batch, g: Grading) -> bool:
+    """Read the notebook, put back what Colab or an editor damaged; stop with a reason if it is unreadable."""
+    if not g.path.exists() and not g.path.is_symlink():
+        g.repaired = Repaired(None, f"{g.path.name} was not handed in")
+    else:
+        raw = g.raw or read_bytes_bounded(g.path, MAX_NOTEBOOK_BYTES)
+        g.repaired = rebuild(b.templates[g.nb], raw)
+    g.result.notes = g.repaired.notes
+    if g.repaired.fatal:
+        if not g.job.path:  # an earlier hand-in's kept run must not decide this one on a regrade
+            shutil.rmtree(b.course.kept_run(b.aid, g.job.sid, g.nb or None), ignore_errors=True)
+        g.result.status, g.result.reason = "unreadable", g.repaired.fatal
+        g.result.cells = [
+            CellResult(
+                gid, 0.0, cell["points"], False, g.repaired.fatal, decided=cell.get("decided", "outside")
+            )
+            for gid, cell in g.reference.cells.items()
+        ]
+        g.result.written = written_results(g.reference, None, unanswered=True)
+        return False
+    return True
+
+
+def tamper_stage(b: Batch, g: Grading) -> bool:
+    """Read the answer cells of the notebook that will run for what changes what the student did not define
+    (:mod:`autograder.grading.tamper`: the course package, the grader's recording, ``sys.modules``, the shell, frames):
+    nothing runs; the flags are for review, and decide no point."""
+    g.result.code_flags = scan(g.repaired.notebook, given=given_code(b.templates[g.nb].source))
+    return True
+
+
+def run_stage(b: Batch, g: Grading) -> bool:
+    """Run the repaired notebook in a sandboxed child (the seam where another runner plugs in)."""
+    if g.sandbox is None:
+        g.sandbox = b.sandbox().start()
+    g.outcome = g.sandbox.run(g.repaired.notebook, files=g.files)
+    if g.outcome.status == "error":  # nothing of the student's ran: no verdict, no score
+        g.result.reason = f"grader error: {g.outcome.detail.splitlines()[0]}"
+        g.result.detail = g.outcome.detail[-2000:]
+        return False
+    # as the child measured them (untrusted, for the record only): kernel start and imports happen
+    # before the notebook arrives, overlapped with the previous submission
+    g.result.timings.update({f"child_{k}": v for k, v in g.outcome.summary.get("timings", {}).items()})
+    g.result.seconds_in_sandbox = round(g.outcome.seconds, 2)
+    g.result.peak_memory_mb = g.outcome.peak_memory_mb
+    return True
+
+
+def measure_stage(b: Batch, g: Grading) -> bool:
+    """Each measured test cell again, in a fresh sandboxed kernel, after the submission's own code, under the
+    caps the grader sets from outside it (:mod:`autograder.grading.measure`): the cell's recordings and its account come
+    from that run."""
+    for grade_id, cell in g.reference.cells.items():
+        spec = cell.get("measure")
+        if not spec:
+            continue
+        solution = spec.get("solution") or {}
+        caps = caps_for(
+            {k: spec[k] for k in ALLOWED if k in spec}, spec.get("baseline_mb"), solution.get("cpu_seconds")
+        )
+        seed = measure_seed(g.reference.heldout_seed, grade_id)
+        tries = 2 if "cpu_seconds" in caps else 1  # a CPU cap is tried twice: a load can outlast one run
+        for attempt in range(1, tries + 1):
+            sandbox = b.sandbox().start()
+            try:
+                outcome = sandbox.run(
+                    measurement_notebook(g.repaired.notebook, grade_id, caps, seed), files=g.files
+                )
+            finally:
+                sandbox.cleanup()
+            g.result.timings["measure"] = round(g.result.timings.get("measure", 0.0) + outcome.seconds, 3)
+            if outcome.status == "error":  # nothing of the student's ran in it: the grader's failure
+                g.result.reason = f"grader error: {outcome.detail.splitlines()[0]}"
+                g.result.detail = outcome.detail[-2000:]
+                return False
+            entry = measured_entry(outcome.summary, grade_id) or {
+                "grade_id": grade_id, "status": "died", "error": f"the measured run ended before this test ({outcome.status})",
+            }  # fmt: skip
+            over = over_cpu(entry.get("measure") or {}, caps.get("cpu_seconds"))
+            if over:  # each process kept within its own limit, but not all of them together: nothing it recorded counts
+                entry = {**entry, "status": "error", "ename": "over its CPU cap", "evalue": over}
+            if not (over or entry.get("status") in ("died", "timeout")):
+                break  # passed, or failed on its own (an exception): another try would tell nothing new
+            if attempt < tries:
+                entry_note = f"the first measured run went past its caps ({over or entry.get('error', '')}); tried again"
+        if attempt > 1:
+            entry = {**entry, "tries": attempt, "first_try": entry_note}
+        g.outcome.capture = merge_capture(g.outcome.capture, {} if over else outcome.capture, grade_id)
+        entry = {**entry, "caps": describe(caps)}
+        cells = g.outcome.summary.setdefault("cells", [])
+        cells[:] = [e for e in cells if e.get("grade_id") != grade_id] + [entry]
+    return True
+
+
+def verify_stage(b: Batch, g: Grading) -> bool:
+    """Decide every point outside the kernel, from the data the run captured; a cell without checks (plain
+    ``assert``s) as nbgrader decides it, from how it ran in the kernel (marked "decided in the kernel")."""
+    if g.outcome.kernel_outputs is None:
+        g.outcome.kernel_outputs = kernel_outputs(g.reference, g.repaired.notebook, g.outcome)
+    g.verdict = verify(g.reference, g.outcome.capture, g.outcome.summary, g.outcome.kernel_outputs)
+    g.result.cells = g.verdict.cells
+    g.result.score = g.verdict.score
+    g.result.written = written_results(g.reference, g.repaired)  # graded by hand: apart from the score
+    problems = [*g.verdict.problems, *g.outcome.summary.get("problems", [])]
+    g.result.flags = g.verdict.disagreements + [f"recorded data: {p}" for p in problems]
+    return True
+
+
+def kernel_outputs(reference: Reference, notebook, outcome: Outcome) -> dict[str, list]:
+    """grade_id -> the outputs of each graded test cell decided in the kernel, as the cell left them; a cell
+    that never ran is absent."""
+    ran = {e.get("index") for e in outcome.summary.get("cells", []) if e.get("status") in ("ok", "error")}
+    wanted = {g for g, c in reference.cells.items() if c.get("decided") == "kernel"}
+    found = {}
+    for index, cell in enumerate(notebook.cells if notebook is not None else []):
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in wanted and index in ran:
+            found[gid] = outcome.outputs.get(index, [])
+    return found
+
+
+def keep_stage(b: Batch, g: Grading) -> bool:
+    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
+    what the run captured, so that a regrade decides again without running the student's code."""
+    if g.job.keep:  # the canary's notebooks are nobody's: only what the run captured is kept
+        keep_run(Path(g.job.keep) / (g.nb or b.aid), g.outcome, g.result.submission_sha256)
+    elif not g.job.path:
+        executed = executed_notebook(g.repaired.notebook, g.outcome.outputs, b.hidden[g.nb])
+        save_executed(b.course.executed(b.aid, g.job.sid, g.nb or None), executed)
+        keep_run(b.course.kept_run(b.aid, g.job.sid, g.nb or None), g.outcome, g.result.submission_sha256)
+    return True
+
+
+KEPT_BYTES = 64 * 2**20  # a capture larger than this is not kept (its submission is rerun on a regrade)
+KEPT_LAYOUT = 4  # kept runs of another layout (or none) are never read: their submissions are graded again
+KEPT_CAPTURE = "capture.zip"  # the captured files, one uncompressed zip (one file to write, not hundreds)
+
+
+def keep_run(target: Path, outcome: Outcome, submission_sha256: str) -> None:
+    """Keep the run's capture (as the report carried it, from the grader's memory) and the kernel's summary
+    in ``target``, replacing what was there; tied to the exact bytes of the submission it was made from."""
+    shutil.rmtree(target, ignore_errors=True)
+    if sum(len(data) for data in outcome.capture.values()) > KEPT_BYTES:
+        return
+    target.mkdir(parents=True)
+    with zipfile.ZipFile(target / KEPT_CAPTURE, "w", zipfile.ZIP_STORED) as kept:
+        for name, data in outcome.capture.items():
+            kept.writestr(name, data)
+    run = {
+        "layout": KEPT_LAYOUT,
+        "submission_sha256": submission_sha256,
+        "status": outcome.status,
+        "seconds": outcome.seconds,
+        "summary": outcome.summary,
+        "detail": outcome.detail,
+        "kernel_outputs": outcome.kernel_outputs or {},
+    }
+    write_json_atomic(target / "run.json", run, durable=False)  # (a run torn by a crash is run again)
+
+
+def kept_outcome(folder: Path, submission_sha256: str | None = None) -> Outcome | None:
+    """The run kept by :func:`keep_run` as an :class:`Outcome` (its capture under ``folder``), or None: none
+    kept, kept by an earlier layout of the grader, or made from other bytes than ``submission_sha256``."""
+    try:
+        run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        if run.get("layout") != KEPT_LAYOUT:
+            return None
+        if submission_sha256 is not None and run.get("submission_sha256") != submission_sha256:
+            return None
+        kernel = run.get("kernel_outputs") or {}
+        capture = kept_capture(folder / KEPT_CAPTURE)
+        return Outcome(
+            run["status"], run["seconds"], capture, run["summary"], run["detail"], kernel_outputs=kernel
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile):
+        return None
+
+
+def kept_capture(path: Path) -> dict[str, bytes]:
+    """The files :func:`keep_run` kept, as the report carried them: only names a check writes, within
+    :data:`KEPT_BYTES` (the grader wrote them; still read as bounded as what it trusts least)."""
+    held, total = {}, 0
+    with zipfile.ZipFile(path) as kept:
+        for info in kept.infolist():
+            total += info.file_size
+            if total > KEPT_BYTES:
+                raise ValueError("the kept capture is larger than any run keeps")
+            if CAPTURE_NAME.fullmatch(info.filename) and info.filename not in held:
+                held[info.filename] = kept.read(info)
+    return held
+
+
+def status_stage(b: Batch, g: Grading) -> bool:
+    """The status and the one-line reason, from how the run ended and what the verdict found."""
+    result, limits, outcome = g.result, b.limits, g.outcome
+    if outcome.status != "finished":
+        stopped = f"the notebook {limits.stopped(outcome.status)}"
+        result.status, result.reason = outcome.status, f"{stopped}; graded on what ran before"
+        result.detail = outcome.detail[-2000:]
+        return True
+    failed = [c for c in result.cells if not c.passed]
+    if any(c.get("status") == "timeout" for c in outcome.summary.get("cells", [])):
+        result.status = "timeout"
+        result.reason = "a cell ran past the per-cell time limit; graded on what ran before"
+    else:
+        result.status = "flagged" if result.flags or result.code_flags else "graded"
+        result.reason = (
+            f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].message}"
+            if failed
+            else "all tests passed"
+        )
+    return True
+
+
+# The stages of one submission, in order; each takes (batch, grading) and returns False to stop there (the
+# result says why). The batch around them: prove -> [these, on the workers] -> record (in this process) ->
+# feedback, export (see :mod:`autograder.grading.batch` and :mod:`autograder.commands.workflows`).
+STAGES = (
+    ("repair", repair_stage),
+    ("tamper", tamper_stage),
+    ("sandbox_run", run_stage),
+    ("measure", measure_stage),
+    ("verify", verify_stage),
+    ("keep", keep_stage),
+    ("status", status_stage),
+)
+
+
+def stages(*names: str) -> tuple[tuple[str, Callable[[Batch, Grading], bool]], ...]:
+    """The stages called ``names``, in the order of :data:`STAGES` (a regrade decides again with some)."""
+    unknown = set(names) - {name for name, _ in STAGES}
+    if unknown:
+        raise KeyError(f"no stage {sorted(unknown)}")
+    return tuple((name, stage) for name, stage in STAGES if name in names)
+
+
+def grade_one(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
+    """Grade one submission, each of its notebooks through :data:`STAGES` in a kernel of its own (as
+    nbgrader runs them), never raising: every outcome is a result with a reason."""
+    reference = b.reference
+    result = Result(
+        job.sid, b.aid, reference.max_score, isolation=b.isolation.describe(), reference=reference.digest
+    )
+    folder = Path(job.path) if job.path else b.course.submission_folder(b.aid, job.sid)
+    started = time.monotonic()
+    files = None
+    try:
+        raws, result.submission_sha256 = read_submission(folder, b.notebooks)
+        staging = b.course.work / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        files = Path(tempfile.mkdtemp(prefix=f"{b.aid}-", dir=staging))
+        notes = assignment_files(b.course, b.aid, folder, files)
+        parts = []
+        for nb in b.notebooks:
+            part = Result(job.sid, b.aid, reference.part(nb).max_score, reference=reference.digest)
+            part.submission_sha256 = result.submission_sha256
+            path = folder / f"{nb or b.aid}.ipynb"
+            g = Grading(job, reference.part(nb), path, part, nb=nb, files=files, raw=raws.get(nb))
+            g.sandbox, sandbox = sandbox, None  # a pre-started child runs the first notebook
+            try:
+                run_stages(b, g, STAGES)
+            finally:
+                if g.sandbox is not None:
+                    g.sandbox.cleanup()
+            parts.append((nb, part))
+            if part.is_error:
+                break
+        merge_parts(result, parts, notes)
+    except Exception as err:  # a grader bug must not stop the batch, and must be visible
+        result.status, result.reason = "error", f"grader error: {type(err).__name__}: {err}"
+        result.traceback = traceback.format_exc()[-4000:]
+    finally:
+        if sandbox is not None:
+            sandbox.cleanup()
+        if files is not None:
+            shutil.rmtree(files, ignore_errors=True)
+        result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+def run_stages(b: Batch, g: Grading, chosen) -> None:
+    """``chosen`` stages in turn on ``g``, each timed, until one says stop."""
+    for name, stage in chosen:
+        t0 = time.perf_counter()
+        go_on = stage(b, g)
+        g.result.timings[name] = time.perf_counter() - t0
+        if not go_on:
+            break
+
+
+def decide_kept(b: Batch, job: Job) -> Result | None:
+    """The result of ``job`` decided again from the runs kept under ``job.keep`` (one per notebook), by the
+    verify and status stages: nothing runs. None where a notebook's run was not kept."""
+    parts = []
+    for nb in b.notebooks:
+        outcome = kept_outcome(Path(job.keep) / (nb or b.aid))
+        if outcome is None:
+            return None
+        part = Result(job.sid, b.aid, b.reference.part(nb).max_score, reference=b.reference.digest)
+        g = Grading(job, b.reference.part(nb), Path(job.keep), part, nb=nb, outcome=outcome)
+        run_stages(b, g, stages("verify", "status"))
+        parts.append((nb, part))
+    result = Result(
+        job.sid, b.aid, b.reference.max_score, isolation=b.isolation.describe(), reference=b.reference.digest
+    )
+    merge_parts(result, parts, [])
+    return result
+
+
+def read_submission(folder: Path, names: list[str]) -> tuple[dict, str]:
+    """Each notebook of the hand-in in ``folder`` read once (its bytes, or why they cannot be graded), and
+    the digest the result is tied to: for a hand-in of one notebook and nothing else, the sha256 of those
+    very bytes."""
+    import hashlib
+
+    raws = {}
+    for nb in names:
+        path = folder / f"{nb}.ipynb"
+        if path.exists() or path.is_symlink():
+            raws[nb] = read_bytes_bounded(path, MAX_NOTEBOOK_BYTES)
+    only = len(names) == 1 and raws.get(names[0], (None, ""))[0] is not None
+    if only and [p.name for p in folder.iterdir() if p.name != "timestamp.txt"] == [f"{names[0]}.ipynb"]:
+        return raws, hashlib.sha256(raws[names[0]][0]).hexdigest()
+    return raws, submission_digest(folder, names)
+
+
+def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str]) -> None:
+    """One submission's result from its notebooks' (one, for this course's assignments): cells and written
+    answers in the assignment's order, the worst status with its reason, notes and flags named by notebook
+    where there are several."""
+    several = len(parts) > 1
+
+    def named(nb: str, text: str) -> str:
+        return f"{nb}.ipynb: {text}" if several else text
+
+    result.notes = [*notes]
+    for nb, part in parts:
+        for cell in part.cells:
+            cell.notebook = nb
+        for w in part.written:
+            w.notebook = nb
+        result.cells += part.cells
+        result.written += part.written
+        result.notes += [named(nb, n) for n in part.notes]
+        result.flags += [named(nb, f) for f in part.flags]
+        result.code_flags += [replace(f, notebook=nb) for f in part.code_flags]
+        result.timings.update({(f"{nb}:{k}" if several else k): v for k, v in part.timings.items()})
+        if part.seconds_in_sandbox is not None:
+            result.seconds_in_sandbox = round((result.seconds_in_sandbox or 0) + part.seconds_in_sandbox, 2)
+        if part.peak_memory_mb is not None:
+            result.peak_memory_mb = max(result.peak_memory_mb or 0, part.peak_memory_mb)
+    # a notebook not handed in (or unreadable) beside others that ran: the submission's status is theirs
+    readable = [p for p in parts if p[1].status != "unreadable"] or parts
+    worst = min(readable, key=lambda p: list(STATUS).index(p[1].status))
+    result.status = worst[1].status
+    result.score = round(sum(c.points for c in result.cells), 2)
+    if result.is_error:
+        result.reason, result.detail, result.traceback = (
+            named(worst[0], worst[1].reason),
+            worst[1].detail,
+            worst[1].traceback,
+        )
+        return
+    if not several:
+        result.reason, result.detail = worst[1].reason, worst[1].detail
+        return
+    failed = [c for c in result.cells if not c.passed]
+    others = "; ".join(p.reason if p.status == "unreadable" else named(nb, p.reason)
+                       for nb, p in parts if p.status not in ("graded", "flagged"))  # fmt: skip
+    result.reason = (
+        f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].notebook}.ipynb: {failed[0].message}"
+        if failed
+        else "all tests passed"
+    ) + (f" ({others})" if others else "")
+    result.detail = worst[1].detail
+
+
+def error_result(b: Batch, job: Job, err: Exception) -> Result:
+    return Result(
+        job.sid, b.aid, b.reference.max_score, status="error",
+        reason=f"grader error: {type(err).__name__}: {err}",
+    )  # fmt: skip
+
+
+WITHHELD = "[output withheld: it contains the text of a hidden test]\n"
+WITHHELD_ALL = "[outputs withheld: together, this run's outputs spell out the text of a hidden test]\n"
+
+
+def hidden_test_lines(course: Course, aid: str, nb: str | None = None) -> frozenset[str]:
+    """The lines of the source's hidden tests that say something (12 letters and digits or more, as
+    :func:`squeezed` reads them) and that the release does not show anyway: an output that spells one out,
+    whole or in pieces, is shown to no one."""
+    source, release = course.source_notebook(aid, nb), course.release_notebook(aid, nb)
+    stamps = tuple(p.stat().st_mtime_ns if p.exists() else 0 for p in (source, release))
+    begin, end = delimiters(course)["hidden"]
+    return _hidden_lines(str(source), str(release), stamps, begin, end)
+
+
+def delimiters(course: Course) -> dict[str, tuple[str, str]]:
+    """The solution and hidden-test delimiters, as the course's nbgrader configuration sets them."""
+    config = course.config
+    return {
+        "solution": (
+            config.ClearSolutions.get("begin_solution_delimeter", "BEGIN SOLUTION"),
+            config.ClearSolutions.get("end_solution_delimeter", "END SOLUTION"),
+        ),
+        "hidden": (
+            config.ClearHiddenTests.get("begin_test_delimeter", "BEGIN HIDDEN TESTS"),
+            config.ClearHiddenTests.get("end_test_delimeter", "END HIDDEN TESTS"),
+        ),
+    }
+
+
+def squeezed(text: str) -> str:
+    """``text`` as the withholding compares it: compatibility-normalised, lower case, letters and digits only
+    (so spaces, punctuation, zero-width and other invisible characters hide nothing)."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isascii() and ch.isalnum())
+
+
+@functools.lru_cache(maxsize=16)
+def _hidden_lines(source: str, release: str, _stamps: tuple, begin: str, end: str) -> frozenset[str]:
+    lines: set[str] = set()
+    for cell in nbformat.read(source, as_version=4).cells:
+        inside = False
+        for line in cell.source.splitlines():
+            if line.strip().startswith("#") and begin in line:
+                inside = True
+            elif line.strip().startswith("#") and end in line:
+                inside = False
+            elif inside and len(squeezed(line)) >= 12:
+                lines.add(squeezed(line))
+    public = set()
+    if Path(release).exists():
+        public = {
+            squeezed(line)
+            for c in nbformat.read(release, as_version=4).cells
+            for line in c.source.splitlines()
+        }
+    return frozenset(lines - public)
+
+
+def _texts(value) -> list[str]:
+    """Every string inside an output (its text, its data of every type, its traceback), found recursively."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
+def _spells_hidden(text: str, hidden: frozenset[str]) -> bool:
+    return any(line in text for line in hidden)
+
+
+def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]):
+    """The notebook as the grader ran it: the cells the grader sent (never text from the run), each code
+    cell with the outputs it had when it finished, less any output that shows hidden test text, and
+    a cell whose outputs are not valid nbformat shown without them."""
+    # each cell a copy of its own, sharing its source and metadata with ``notebook`` (this changes neither:
+    # :func:`save_executed` copies all of it before it makes the page safe)
+    nb = nbformat.NotebookNode(
+        {**notebook, "cells": [nbformat.NotebookNode(cell) for cell in notebook.cells]}
+    )
+    spelled = []  # every output's text, in order: pieces spread over outputs and cells are read together
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in outputs.get(index, []):
+            output = nbformat.from_dict(output)
+            shown = [output.get(k) for k in ("text", "data", "ename", "evalue", "traceback")]
+            text = squeezed("".join(_texts(shown)))  # what a page shows of it (not its type or stream's name)
+            if _spells_hidden(text, hidden):
+                output = nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)
+            else:
+                spelled.append(text)
+            kept.append(output)
+        cell.outputs = kept
+        cell.execution_count = None
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if not _valid_cells(code):  # all at once; only where that fails, each cell on its own
+        for cell in code:
+            if not _valid_cells([cell]):
+                note = "[outputs not shown: they are not valid notebook outputs]\n"
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=note)]
+    if _spells_hidden("".join(spelled), hidden):  # in pieces: no output of this run is shown
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = (
+                    [nbformat.v4.new_output("stream", name="stdout", text=WITHHELD_ALL)]
+                    if cell.outputs
+                    else []
+                )
+    return nb
+
+
+def _valid_cells(cells: list) -> bool:
+    """Whether each of ``cells`` is valid alone in a notebook of nbformat 4's current version (checked on a
+    copy, all at once: an id that two of them share is not held against them)."""
+    nb = nbformat.from_dict(
+        {"nbformat": 4, "nbformat_minor": nbformat.v4.nbformat_minor, "metadata": {}, "cells": cells}
+    )
+    seen = set()
+    for index, cell in enumerate(nb.cells):
+        if isinstance(cell, dict) and cell.get("id") in seen:
+            cell["id"] = f"repeated-{index}"
+        seen.add(cell.get("id") if isinstance(cell, dict) else None)
+    try:
+        nbformat.validate(nb)
+    except Exception:
+        return False
+    return True
+
+
+def save_executed(target: Path, executed: nbformat.NotebookNode) -> None:
+    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, sanitised:
+    formgrader shows what the student wrote and ran, and runs and loads none of it."""
+    from autograder.intake.sanitize import sanitize_notebook
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(sanitize_notebook(executed), str(target))
+
+
+def assignment_inputs(course: Course, aid: str) -> dict[str, str]:
+    """:func:`autograder.grading.reference.source_inputs` of every notebook of ``aid`` (named by notebook where
+    there are several)."""
+    names = course.notebooks(aid)
+    found = {}
+    for nb in names:
+        for key, value in source_inputs(course.read_source(aid, nb)).items():
+            found[f"{nb}.ipynb: {key}" if len(names) > 1 else key] = value
+    return found
+
+
+def grade_with_retry(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
+    """Grade once; a grader error (the student's code never ran, or the run was lost) gets one more try
+    in a fresh sandbox."""
+    result = grade_one(b, job, sandbox)
+    if result.is_error:
+        first = result.reason
+        result = grade_one(b, job)
+        result.notes = [*result.notes, f"graded a second time after a grader error: {first}"]
+    return result
+
+
+def run_jobs(
+    b: Batch, jobs: list[Job], workers: int, finish: Callable[[Result], None], stop: threading.Event | None = None
+) -> None:  # fmt: skip
+    """Grade ``jobs`` in order on ``workers`` local worker threads; ``finish`` gets each result in this
+    thread. Once ``stop`` is set, no job starts (those running finish)."""
+    pending: queue.Queue[Job] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
+    done: queue.Queue[Result | None] = queue.Queue()
+
+    def worker(slot: int) -> None:
+        ready: Sandbox | None = None
+        while True:
+            try:
+                job = pending.get_nowait()
+            except queue.Empty:
+                break
+            if stop is not None and stop.is_set():
+                done.put(None)  # not graded
+                continue
+            current = None
+            try:
+                current = ready or b.sandbox(slot).start()
+                # Start the next child now: its kernel boots and imports while this one runs.
+                ready = b.sandbox(slot).start() if not pending.empty() else None
+                done.put(grade_with_retry(b, job, current))
+            except Exception as err:  # the sandbox itself failed to start: a result all the same
+                done.put(error_result(b, job, err))
+            finally:
+                if current is not None:
+                    current.cleanup()
+        if ready is not None:
+            ready.cleanup()
+
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in range(max(1, workers))]
+    for thread in threads:
+        thread.start()
+    for _ in jobs:
+        result = done.get()
+        if result is not None:
+            finish(result)
+    for thread in threads:
+        thread.join()
