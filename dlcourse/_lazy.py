@@ -8,7 +8,7 @@ import sys
 
 # What every non-interactive run sets, the one place it is spelled: TensorFlow prints pages of start-up
 # logs and oneDNN notices unless told not to, before its first import. Kernels the grader, the tests and
-# the benchmarks start get it in their environment (``autograder.notebooks.kernel_env``, the sandbox).
+# the benchmarks start get it in their environment (``autograder.intake.notebooks.kernel_env``, the sandbox).
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
 

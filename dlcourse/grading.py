@@ -46,11 +46,11 @@ What a kernel records is the submission's word, so the grader gives points only 
 forge: a value the student's code returned on inputs whose answer the kernel never held (a hidden case without an
 ``expected``). A public check, an ``expected`` written in a test, a ``range`` or ``accuracy`` bound, a small
 boolean, and a model's accuracy on labels the test handed over are *conditions*: they can take a group's points
-away, never earn them (``autograder/reference.py: answer_in_kernel``). A recording counts only from the test cell
+away, never earn them (``autograder/grading/reference.py: answer_in_kernel``). A recording counts only from the test cell
 that owns it, once: the grader's driver tags each with the cell that ran, whatever ``cell`` this module writes. A
 trained model can be graded on data the grader draws itself (``heldout=`` of :func:`check_model_accuracy`), and a
 test cell that grades how code runs is run again under caps the grader sets outside the kernel
-(``autograder/measure.py``).
+(``autograder/grading/measure.py``).
 """
 
 from __future__ import annotations
@@ -95,9 +95,7 @@ class Case:
     public: bool = False
     expected_file: str | None = None  # public cases: the expected value the kernel compared with
     verdict: str | None = None  # public cases: what the kernel said ("passed"/"failed"), the kernel's word
-    times: int = (
-        1  # how many times the run recorded it: more than once earns nothing (:mod:`autograder.verify`)
-    )
+    times: int = 1  # how many times the run recorded it: more than once earns nothing (:mod:`autograder.grading.verify`)
 
 
 def plain_value(value) -> np.ndarray:
@@ -455,7 +453,7 @@ def check_model_accuracy(
     the model must be built as the test builds it (the reference's); ``"any"``: the student designs it,
     within ``max_parameters`` trainable parameters. ``heldout`` (``{"data": "shapes", "like": {...}}``): the
     grader evaluates the model on images and labels it draws itself, which this kernel never receives
-    (:mod:`autograder.heldout`); ``inputs`` and ``labels`` then only tell the student where they stand."""
+    (:mod:`autograder.grading.heldout`); ``inputs`` and ``labels`` then only tell the student where they stand."""
     if architecture not in ("fixed", "any"):
         raise ValueError("architecture is 'fixed' or 'any'")
     try:
