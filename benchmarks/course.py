@@ -1,13 +1,14 @@
 """Course run time: every lecture and every source assignment, top to bottom in a fresh kernel.
 
 Each notebook runs as the test suite runs it (``autograder.intake.notebooks.execute_notebook``, in a temporary
-folder), and its wall time, kernel start included, is set against its limit: lectures 1-7 90 s, lectures
-8-11 120 s, assignments 120 s, on a 2-core CPU.
+folder), and its wall time, kernel start included, is set against its limit on a 2-core CPU: a lecture's is
+its own metadata's (``dlcourse.time_limit_s``), an assignment's 120 s. This is where the limits are checked:
+the test suite runs every lecture too, but a suite's time depends on what else the machine does (at load 6-9,
+lecture 6 took 122 s against its 90), so there a run only has to finish (:data:`HANG_FACTOR` times its limit).
 """
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
@@ -19,14 +20,21 @@ from dlcourse.grading import CAPTURE_ENV
 
 ASSIGNMENT_LIMIT = 120.0
 CELL_TIMEOUT = 300  # generous: a slow notebook is measured and reported, not cut short
+HANG_FACTOR = 4  # the test suite's cut-off: a run this many times over its limit hangs, it is not slow
+
+
+def time_limit(path: Path) -> float:
+    """Seconds a lecture may take on a 2-core CPU, from its metadata (``dlcourse.time_limit_s``)."""
+    import nbformat
+
+    limit = nbformat.read(str(path), as_version=4).metadata.get("dlcourse", {}).get("time_limit_s")
+    assert limit, f"{path.name}: set metadata.dlcourse.time_limit_s (seconds on a 2-core CPU)"
+    return float(limit)
 
 
 def limit_for(path: Path) -> float:
-    """Lectures 1-7: 90 s; lectures 8-11: 120 s; assignments: 120 s."""
-    if path.parent.parent.name == "source":
-        return ASSIGNMENT_LIMIT
-    number = re.match(r"(\d+)_", path.name)
-    return 90.0 if number and int(number.group(1)) <= 7 else 120.0
+    """A lecture's own limit (its metadata); an assignment's: 120 s."""
+    return ASSIGNMENT_LIMIT if path.parent.parent.name == "source" else time_limit(path)
 
 
 def notebooks(quick: bool) -> list[Path]:

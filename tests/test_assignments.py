@@ -20,14 +20,16 @@ from autograder.intake.conventions import problems
 from autograder.intake.release import LEAK_MARKERS, release, run_nbgrader
 from autograder.intake.samples import samples
 from tests.fixtures import wrong_work
+from tests.fixtures.warm import warm_copy
 
 MAIN = Course()
 AIDS = MAIN.assignments()
 
 
 def course_copy(tmp: Path, aids: list[str]) -> Course:
-    """A copy of the course with a cold cache of its own: nothing a previous test built is reused."""
-    return MAIN.copy(aids, tmp, cache_root=tmp / ".grading" / "cache")
+    """An unreleased copy of the course whose references and canaries the run's tests share (built once in a
+    run, by whichever test asks first: :mod:`tests.fixtures.warm`); nothing from an earlier run is reused."""
+    return warm_copy(aids, tmp, released=False)
 
 
 def test_every_assignment_is_released():
@@ -175,7 +177,7 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     # The grader's own environment asks for 4 BLAS threads, the sandbox gives each kernel 1: the
     # reference is built in the sandbox and calibrated across thread counts, so the grade cannot move.
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    course = course_copy(tmp_path, [aid])  # its own, cold, cache of references and canaries
+    course = course_copy(tmp_path, [aid])  # (this run's cache: the canary of these settings is its own)
     release(course, [aid])
     reference = build_reference(course, aid)
     assert reference.max_score == 100

@@ -1,15 +1,18 @@
-"""Every lecture executes top to bottom in a fresh kernel, on the CPU, offline, within the time limit its
-metadata states, and each of its hidden solutions passes its own self-check."""
+"""Every lecture executes top to bottom in a fresh kernel, on the CPU, offline, and each of its hidden solutions
+passes its own self-check. Its time limit (its metadata's ``dlcourse.time_limit_s``) is checked by ``make
+bench`` (:mod:`benchmarks.course`), where the machine's load is recorded beside it; here a run only has to
+finish within :data:`benchmarks.course.HANG_FACTOR` times its limit, so that a loaded machine cannot fail the
+suite and a hang still does."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from autograder.intake.notebooks import execute_notebook
+from benchmarks.course import HANG_FACTOR, time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 LECTURES = sorted((ROOT / "lectures").glob("[0-9][0-9]_*.ipynb"))
@@ -19,23 +22,16 @@ def lecture_number(path: Path) -> int:
     return int(path.name[:2])
 
 
-def time_limit(path: Path) -> float:
-    """Seconds the lecture may take on a 2-core CPU, from its metadata (``dlcourse.time_limit_s``)."""
-    limit = nbformat.read(str(path), as_version=4).metadata.get("dlcourse", {}).get("time_limit_s")
-    assert limit, f"{path.name}: set metadata.dlcourse.time_limit_s (seconds on a 2-core CPU)"
-    return float(limit)
-
-
 def is_hidden_solution(cell) -> bool:
     return cell.cell_type == "code" and bool(cell.metadata.get("jupyter", {}).get("source_hidden"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", LECTURES, ids=[p.stem for p in LECTURES])
-def test_lecture_executes_within_limit(path, tmp_path):
-    limit = time_limit(path)
+def test_lecture_executes_and_its_solutions_pass(path, tmp_path):
+    limit = time_limit(path) * HANG_FACTOR  # (the limit itself: make bench)
     run = execute_notebook(path, timeout=limit, workdir=tmp_path)
-    assert run.seconds <= limit, f"{path.name} took {run.seconds:.0f} s"
+    assert run.seconds <= limit, f"{path.name} took {run.seconds:.0f} s, {HANG_FACTOR} times its limit"
     errors = [
         out
         for cell in run.notebook.cells

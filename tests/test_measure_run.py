@@ -176,15 +176,14 @@ dlcourse.a7.largest_intermediate = _forged_largest
 
 def grade_with(tmp_path, aid: str, defines: str, code: str) -> dict:
     """The perfect sample of ``aid`` and a copy whose answer cell that defines ``defines`` holds ``code``,
-    graded in a fresh copy of the course: {"perfect": Result, "forger": Result}."""
+    graded in a copy of the course whose reference and canary the run's tests share: {"perfect": Result,
+    "forger": Result}."""
     from autograder.grading.batch import grade
-    from autograder.intake.release import release
     from autograder.intake.samples import filled
     from tests.fixtures.toy_course import submit
-    from tests.test_assignments import course_copy
+    from tests.fixtures.warm import warm_copy
 
-    course = course_copy(tmp_path, [aid])
-    release(course, [aid])
+    course = warm_copy([aid], tmp_path)
     perfect = filled(course, aid)
     forger = nbformat.from_dict(json.loads(json.dumps(perfect)))
     cell = next(c for c in forger.cells if nbgrader_meta(c).get("solution") and f"def {defines}(" in c.source)
@@ -271,12 +270,10 @@ def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
     import sys
 
     from autograder.grading.batch import grade
-    from autograder.intake.release import release
     from autograder.intake.samples import samples
-    from tests.test_assignments import MAIN, course_copy
+    from tests.fixtures.warm import MAIN, warm_copy
 
-    course = course_copy(tmp_path, ["A5"])
-    release(course, ["A5"])
+    course = warm_copy(["A5"], tmp_path)  # (the reference built once, as a course's is; the grading loaded)
     for name in ("perfect", "colab"):
         path = course.submission("A5", name)
         path.parent.mkdir(parents=True)

@@ -304,10 +304,9 @@ g.check_model_accuracy = lambda name, model, inputs, labels, at_least: g.check_a
 def test_a1_training_points_need_a_trained_network_not_a_forged_recorder(tmp_path):
     """The attack of the issue: a network that trains nothing, and checks that record the labels as the
     predictions. The accuracy is worked out by the grader from the network's parameters: no points."""
-    from tests.test_assignments import course_copy
+    from tests.fixtures.warm import warm_copy
 
-    course = course_copy(tmp_path, ["A1"])
-    release(course, ["A1"])
+    course = warm_copy(["A1"], tmp_path)
     perfect = nbformat.read(str(ROOT / "source" / "A1" / "samples" / "perfect.ipynb"), as_version=4)
     submit(course, "forger", answered(perfect, train=STUB_TRAIN), aid="A1")
     [result] = grade(course, "A1", workers=1, isolation=resolve("auto"))
