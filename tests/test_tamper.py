@@ -378,7 +378,7 @@ def test_the_pipeline_reads_the_repaired_notebook_and_flags_never_change_points(
     status_stage(batch, g)
     assert (part.status, part.score, [c.points for c in part.cells]) == ("flagged", 10.0, [10.0])
     whole = Result("ada", "A1", 10.0)
-    merge_parts(whole, [("A1", part)], [])
+    whole = merge_parts(whole, [("A1", part)], [])
     assert whole.code_flags == [replace(flag, notebook="A1")] and whole.status == "flagged"
 
 

@@ -133,7 +133,7 @@ def decide_again(batch: Batch, old: Result, kept: dict) -> Result | None:
         g = Grading(Job(sid), reference.part(nb), course.submission(aid, sid, nb), part, nb=nb)
         outcome = kept.get(course.notebook(aid, nb or None))
         if outcome is None:  # not handed in, or unreadable: 0, as before, unless it now reads
-            run_stages(batch, g, stages("repair"))
+            run_stages(batch, g, stages("repair", "keep"))  # (keep: its earlier kept run, if any, goes)
             if g.repaired.fatal is None:
                 return None
         else:
@@ -142,7 +142,7 @@ def decide_again(batch: Batch, old: Result, kept: dict) -> Result | None:
             part.code_flags = [f for f in old.code_flags if f.notebook in ("", nb)]
             run_stages(batch, g, stages(*REDECIDE))
         parts.append((nb, part))
-    merge_parts(result, parts, [])
+    result = merge_parts(result, parts, [])
     result.notes = old.notes
     result.flags = old.flags  # the run is the same: so is what it showed about tampering
     # and so are the written answers; their manual scores stay in the gradebook, never overwritten

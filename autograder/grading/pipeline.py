@@ -1,7 +1,9 @@
 """One submission's way through the grader: the declared :data:`STAGES` (repair -> tamper -> sandbox_run ->
-verify -> keep -> status), each notebook of a hand-in in a kernel of its own, on the :class:`Batch` that every
-submission of a grading run shares (built once: the course, the reference, the parsed source and release,
-the frameworks to warm).
+measure -> verify -> status -> keep), each notebook of a hand-in in a kernel of its own, on the :class:`Batch`
+that every submission of a grading run shares (built once: the course, the reference, the parsed source and
+release, the frameworks to warm, what makes each run's sandbox). Every stage but the last decides, and leaves
+its decision on the notebook's :class:`Grading` (the status is :func:`run_status` of plain values; the parts
+are merged into a new result by :func:`merge_parts`); only the last, ``keep``, writes to disk.
 
 Workers (:func:`run_jobs`) grade submissions in parallel, each waiting on its own sandboxed child, so the
 grader's process never runs student code; each worker starts its next child while the current one runs.
@@ -22,7 +24,7 @@ import time
 import traceback
 import unicodedata
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from autograder.intake.handin import assignment_files, frameworks_used, submissi
 from autograder.intake.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, rebuild
 from autograder.result import STATUS, CellResult, Result
 from autograder.runner.caps import over_cpu
+from autograder.runner.interface import SandboxFactory, SandboxRun
 from autograder.runner.isolation import Isolation
 from autograder.runner.protocol import CAPTURE_NAME
 from autograder.runner.sandbox import Limits, Outcome, Sandbox
@@ -69,13 +72,15 @@ class Batch:
     templates: dict[str, Template]  # notebook -> its source and release, parsed
     hidden: dict[str, frozenset[str]]  # notebook -> the hidden tests' lines no output may spell
     inputs: dict[str, str]  # what the source's graded lines are (:func:`assignment_inputs`)
+    sandboxes: SandboxFactory = Sandbox  # makes each run's sandbox (the real one, or a test's prepared runs)
 
     @property
     def notebooks(self) -> list[str]:
         return list(self.reference.notebooks)
 
-    def sandbox(self, slot: int = 0) -> Sandbox:
-        return Sandbox(self.limits, slot, self.warm, self.isolation, self.private)
+    def sandbox(self, slot: int = 0) -> SandboxRun:
+        """A sandbox for one run (not started), on the worker ``slot``'s warm parent."""
+        return self.sandboxes(self.limits, slot, self.warm, self.isolation, self.private)
 
 
 def make_batch(course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation) -> Batch:
@@ -115,7 +120,7 @@ class Grading:
     reference: Reference
     path: Path
     result: Result
-    sandbox: Sandbox | None = None  # a pre-started child, or None to start one at the run stage
+    sandbox: SandboxRun | None = None  # a pre-started child, or None to start one at the run stage
     repaired: Repaired | None = None
     outcome: Outcome | None = None
     verdict: Verdict | None = None
@@ -132,9 +137,7 @@ def repair_stage(b: Batch, g: Grading) -> bool:
         raw = g.raw or read_bytes_bounded(g.path, MAX_NOTEBOOK_BYTES)
         g.repaired = rebuild(b.templates[g.nb], raw)
     g.result.notes = g.repaired.notes
-    if g.repaired.fatal:
-        if not g.job.path:  # an earlier hand-in's kept run must not decide this one on a regrade
-            shutil.rmtree(b.course.kept_run(b.aid, g.job.sid, g.nb or None), ignore_errors=True)
+    if g.repaired.fatal:  # (its earlier kept run is removed by the keep stage, last)
         g.result.status, g.result.reason = "unreadable", g.repaired.fatal
         g.result.cells = [
             CellResult(
@@ -161,7 +164,7 @@ def run_stage(b: Batch, g: Grading) -> bool:
         g.sandbox = b.sandbox().start()
     g.outcome = g.sandbox.run(g.repaired.notebook, files=g.files)
     if g.outcome.status == "error":  # nothing of the student's ran: no verdict, no score
-        g.result.reason = f"grader error: {g.outcome.detail.splitlines()[0]}"
+        g.result.status, g.result.reason = run_status(g.outcome, [], b.limits)
         g.result.detail = g.outcome.detail[-2000:]
         return False
     # as the child measured them (untrusted, for the record only): kernel start and imports happen
@@ -175,54 +178,69 @@ def run_stage(b: Batch, g: Grading) -> bool:
 def measure_stage(b: Batch, g: Grading) -> bool:
     """Each measured test cell again, in a fresh sandboxed kernel, after the submission's own code, under the
     caps the grader sets from outside it (:mod:`autograder.grading.measure`): the cell's recordings and its account come
-    from that run."""
+    from that run (a new :class:`Outcome`: the run's own is left as it came)."""
     for grade_id, cell in g.reference.cells.items():
         spec = cell.get("measure")
         if not spec:
             continue
-        solution = spec.get("solution") or {}
-        caps = caps_for(
-            {k: spec[k] for k in ALLOWED if k in spec}, spec.get("baseline_mb"), solution.get("cpu_seconds")
+        measured = measure_cell(b, g, grade_id, spec)
+        if isinstance(measured, Outcome):  # nothing of the student's ran in it: the grader's failure
+            g.result.status, g.result.reason = run_status(measured, [], b.limits)
+            g.result.detail = measured.detail[-2000:]
+            return False
+        entry, capture = measured
+        cells = [e for e in g.outcome.summary.get("cells", []) if e.get("grade_id") != grade_id] + [entry]
+        g.outcome = replace(
+            g.outcome,
+            capture=merge_capture(g.outcome.capture, capture, grade_id),
+            summary={**g.outcome.summary, "cells": cells},
         )
-        seed = measure_seed(g.reference.heldout_seed, grade_id)
-        tries = 2 if "cpu_seconds" in caps else 1  # a CPU cap is tried twice: a load can outlast one run
-        for attempt in range(1, tries + 1):
-            sandbox = b.sandbox().start()
-            try:
-                outcome = sandbox.run(
-                    measurement_notebook(g.repaired.notebook, grade_id, caps, seed), files=g.files
-                )
-            finally:
-                sandbox.cleanup()
-            g.result.timings["measure"] = round(g.result.timings.get("measure", 0.0) + outcome.seconds, 3)
-            if outcome.status == "error":  # nothing of the student's ran in it: the grader's failure
-                g.result.reason = f"grader error: {outcome.detail.splitlines()[0]}"
-                g.result.detail = outcome.detail[-2000:]
-                return False
-            entry = measured_entry(outcome.summary, grade_id) or {
-                "grade_id": grade_id, "status": "died", "error": f"the measured run ended before this test ({outcome.status})",
-            }  # fmt: skip
-            over = over_cpu(entry.get("measure") or {}, caps.get("cpu_seconds"))
-            if over:  # each process kept within its own limit, but not all of them together: nothing it recorded counts
-                entry = {**entry, "status": "error", "ename": "over its CPU cap", "evalue": over}
-            if not (over or entry.get("status") in ("died", "timeout")):
-                break  # passed, or failed on its own (an exception): another try would tell nothing new
-            if attempt < tries:
-                entry_note = f"the first measured run went past its caps ({over or entry.get('error', '')}); tried again"
-        if attempt > 1:
-            entry = {**entry, "tries": attempt, "first_try": entry_note}
-        g.outcome.capture = merge_capture(g.outcome.capture, {} if over else outcome.capture, grade_id)
-        entry = {**entry, "caps": describe(caps)}
-        cells = g.outcome.summary.setdefault("cells", [])
-        cells[:] = [e for e in cells if e.get("grade_id") != grade_id] + [entry]
     return True
+
+
+def measure_cell(b: Batch, g: Grading, grade_id: str, spec: dict) -> tuple[dict, dict] | Outcome:
+    """The measured cell ``grade_id`` run under its caps (``spec``: its reference's measurement), tried once
+    more where a CPU cap binds and the first run went past its caps, died or ran out of time (a load can outlast
+    one run): ``(its entry for the run's summary, the capture its cases are taken from)``, or the
+    :class:`Outcome` of a run the grader failed."""
+    solution = spec.get("solution") or {}
+    caps = caps_for(
+        {k: spec[k] for k in ALLOWED if k in spec}, spec.get("baseline_mb"), solution.get("cpu_seconds")
+    )
+    seed = measure_seed(g.reference.heldout_seed, grade_id)
+    tries = 2 if "cpu_seconds" in caps else 1  # a CPU cap is tried twice: a load can outlast one run
+    for attempt in range(1, tries + 1):
+        sandbox = b.sandbox().start()
+        try:
+            notebook = measurement_notebook(g.repaired.notebook, grade_id, caps, seed)
+            outcome = sandbox.run(notebook, files=g.files)
+        finally:
+            sandbox.cleanup()
+        g.result.timings["measure"] = round(g.result.timings.get("measure", 0.0) + outcome.seconds, 3)
+        if outcome.status == "error":
+            return outcome
+        entry = measured_entry(outcome.summary, grade_id) or {
+            "grade_id": grade_id, "status": "died", "error": f"the measured run ended before this test ({outcome.status})",
+        }  # fmt: skip
+        over = over_cpu(entry.get("measure") or {}, caps.get("cpu_seconds"))
+        # each process within its own limit, but not all of them together: nothing it recorded counts
+        if over:
+            entry = {**entry, "status": "error", "ename": "over its CPU cap", "evalue": over}
+        if not (over or entry.get("status") in ("died", "timeout")):
+            break  # passed, or failed on its own (an exception): another try would tell nothing new
+        if attempt < tries:
+            entry_note = f"the first measured run went past its caps ({over or entry.get('error', '')}); tried again"  # fmt: skip
+    if attempt > 1:
+        entry = {**entry, "tries": attempt, "first_try": entry_note}
+    return {**entry, "caps": describe(caps)}, ({} if over else outcome.capture)
 
 
 def verify_stage(b: Batch, g: Grading) -> bool:
     """Decide every point outside the kernel, from the data the run captured; a cell without checks (plain
     ``assert``s) as nbgrader decides it, from how it ran in the kernel (marked "decided in the kernel")."""
     if g.outcome.kernel_outputs is None:
-        g.outcome.kernel_outputs = kernel_outputs(g.reference, g.repaired.notebook, g.outcome)
+        found = kernel_outputs(g.reference, g.repaired.notebook, g.outcome)
+        g.outcome = replace(g.outcome, kernel_outputs=found)
     g.verdict = verify(g.reference, g.outcome.capture, g.outcome.summary, g.outcome.kernel_outputs)
     g.result.cells = g.verdict.cells
     g.result.score = g.verdict.score
@@ -245,15 +263,37 @@ def kernel_outputs(reference: Reference, notebook, outcome: Outcome) -> dict[str
     return found
 
 
+def writes(b: Batch, g: Grading) -> list[tuple[str, Path]]:
+    """What the keep stage writes for ``g``, decided from what the stages before it left, as ``(what, where)``:
+    ``"forget"`` (remove the run kept there: a notebook the grader could not read, whose earlier hand-in's kept
+    run must not decide it on a regrade), ``"run"`` (keep what the run captured, so that a regrade decides again
+    without running the student's code) and ``"executed"`` (the run notebook, where nbgrader's formgrader looks
+    for manual review). A run that ended before a verdict (the grader's failure) writes nothing; the canary's
+    notebooks are nobody's (only what its run captured is kept, under ``job.keep``); a hand-in graded from a
+    folder of its own (``job.path``) keeps nothing."""
+    if g.repaired is not None and g.repaired.fatal:
+        return [] if g.job.path else [("forget", b.course.kept_run(b.aid, g.job.sid, g.nb or None))]
+    if g.verdict is None or g.outcome is None:
+        return []
+    if g.job.keep:
+        return [("run", Path(g.job.keep) / (g.nb or b.aid))]
+    if g.job.path:
+        return []
+    return [
+        ("executed", b.course.executed(b.aid, g.job.sid, g.nb or None)),
+        ("run", b.course.kept_run(b.aid, g.job.sid, g.nb or None)),
+    ]
+
+
 def keep_stage(b: Batch, g: Grading) -> bool:
-    """Keep the run notebook where nbgrader's formgrader looks (``autograded/``) for manual review, and
-    what the run captured, so that a regrade decides again without running the student's code."""
-    if g.job.keep:  # the canary's notebooks are nobody's: only what the run captured is kept
-        keep_run(Path(g.job.keep) / (g.nb or b.aid), g.outcome, g.result.submission_sha256)
-    elif not g.job.path:
-        executed = executed_notebook(g.repaired.notebook, g.outcome.outputs, b.hidden[g.nb])
-        save_executed(b.course.executed(b.aid, g.job.sid, g.nb or None), executed)
-        keep_run(b.course.kept_run(b.aid, g.job.sid, g.nb or None), g.outcome, g.result.submission_sha256)
+    """The pipeline's one stage that writes to disk, last, after every decision: :func:`writes` of ``g``."""
+    for what, target in writes(b, g):
+        if what == "forget":
+            shutil.rmtree(target, ignore_errors=True)
+        elif what == "executed":
+            save_executed(target, executed_notebook(g.repaired.notebook, g.outcome.outputs, b.hidden[g.nb]))
+        else:
+            keep_run(target, g.outcome, g.result.submission_sha256)
     return True
 
 
@@ -316,40 +356,63 @@ def kept_capture(path: Path) -> dict[str, bytes]:
     return held
 
 
-def status_stage(b: Batch, g: Grading) -> bool:
-    """The status and the one-line reason, from how the run ended and what the verdict found."""
-    result, limits, outcome = g.result, b.limits, g.outcome
+def grader_error(outcome: Outcome) -> str:
+    """The reason of a run the grader failed (status ``error``: no student code ran): its detail's first line."""
+    first = outcome.detail.splitlines()[0] if outcome.detail.strip() else "the run ended without a word"
+    return f"grader error: {first}"
+
+
+def run_status(
+    outcome: Outcome, cells: Sequence[CellResult], limits: Limits, flagged: bool = False
+) -> tuple[str, str]:
+    """``(status, reason)`` of a notebook whose run ended as ``outcome`` and whose verdict gave ``cells``
+    (``flagged``: the verdict or the reading of its code flagged it for review):
+
+    - ``error``, where the grader failed (nothing of the student's ran): no score is recorded;
+    - what stopped the run (``timeout``, ``memory``, ``processes``, ``crashed``), in words with the limit it
+      hit: graded on what ran before;
+    - ``timeout`` where the run finished but a cell ran past the per-cell limit;
+    - else ``flagged`` or ``graded``, with how many tests failed and the first failure's message."""
+    if outcome.status == "error":
+        return "error", grader_error(outcome)
     if outcome.status != "finished":
-        stopped = f"the notebook {limits.stopped(outcome.status)}"
-        result.status, result.reason = outcome.status, f"{stopped}; graded on what ran before"
+        return outcome.status, f"the notebook {limits.stopped(outcome.status)}; graded on what ran before"
+    if any(entry.get("status") == "timeout" for entry in outcome.summary.get("cells", [])):
+        return "timeout", "a cell ran past the per-cell time limit; graded on what ran before"
+    failed = [c for c in cells if not c.passed]
+    reason = (
+        f"{len(failed)} of {len(cells)} tests failed; first: {failed[0].message}"
+        if failed
+        else "all tests passed"
+    )
+    return ("flagged" if flagged else "graded"), reason
+
+
+def status_stage(b: Batch, g: Grading) -> bool:
+    """The status and the one-line reason (:func:`run_status`), from how the run ended and what the verdict
+    found."""
+    result, outcome = g.result, g.outcome
+    flagged = bool(result.flags or result.code_flags)
+    result.status, result.reason = run_status(outcome, result.cells, b.limits, flagged)
+    if outcome.status != "finished":
         result.detail = outcome.detail[-2000:]
-        return True
-    failed = [c for c in result.cells if not c.passed]
-    if any(c.get("status") == "timeout" for c in outcome.summary.get("cells", [])):
-        result.status = "timeout"
-        result.reason = "a cell ran past the per-cell time limit; graded on what ran before"
-    else:
-        result.status = "flagged" if result.flags or result.code_flags else "graded"
-        result.reason = (
-            f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].message}"
-            if failed
-            else "all tests passed"
-        )
     return True
 
 
 # The stages of one submission, in order; each takes (batch, grading) and returns False to stop there (the
-# result says why). The batch around them: prove -> [these, on the workers] -> record (in this process) ->
-# feedback, export (see :mod:`autograder.grading.batch` and :mod:`autograder.commands.workflows`).
+# result says why), except the last, which writes (:data:`WRITES`): it runs all the same, and writes what the
+# stages before it decided. The batch around them: prove -> [these, on the workers] -> record (in this
+# process) -> feedback, export (see :mod:`autograder.grading.batch` and :mod:`autograder.commands.workflows`).
 STAGES = (
     ("repair", repair_stage),
     ("tamper", tamper_stage),
     ("sandbox_run", run_stage),
     ("measure", measure_stage),
     ("verify", verify_stage),
-    ("keep", keep_stage),
     ("status", status_stage),
+    ("keep", keep_stage),
 )
+WRITES = ("keep",)  # the stages that write to disk: last, after every decision, even after a stop
 
 
 def stages(*names: str) -> tuple[tuple[str, Callable[[Batch, Grading], bool]], ...]:
@@ -360,7 +423,7 @@ def stages(*names: str) -> tuple[tuple[str, Callable[[Batch, Grading], bool]], .
     return tuple((name, stage) for name, stage in STAGES if name in names)
 
 
-def grade_one(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
+def grade_one(b: Batch, job: Job, sandbox: SandboxRun | None = None) -> Result:
     """Grade one submission, each of its notebooks through :data:`STAGES` in a kernel of its own (as
     nbgrader runs them), never raising: every outcome is a result with a reason."""
     reference = b.reference
@@ -391,7 +454,7 @@ def grade_one(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
             parts.append((nb, part))
             if part.is_error:
                 break
-        merge_parts(result, parts, notes)
+        result = merge_parts(result, parts, notes)
     except Exception as err:  # a grader bug must not stop the batch, and must be visible
         result.status, result.reason = "error", f"grader error: {type(err).__name__}: {err}"
         result.traceback = traceback.format_exc()[-4000:]
@@ -405,13 +468,16 @@ def grade_one(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
 
 
 def run_stages(b: Batch, g: Grading, chosen) -> None:
-    """``chosen`` stages in turn on ``g``, each timed, until one says stop."""
+    """``chosen`` stages in turn on ``g``, each timed, until one says stop; then those of :data:`WRITES` among
+    them all the same (what they write follows from where the others stopped)."""
+    stopped = False
     for name, stage in chosen:
+        if stopped and name not in WRITES:
+            continue
         t0 = time.perf_counter()
         go_on = stage(b, g)
         g.result.timings[name] = time.perf_counter() - t0
-        if not go_on:
-            break
+        stopped = stopped or not go_on
 
 
 def decide_kept(b: Batch, job: Job) -> Result | None:
@@ -429,8 +495,7 @@ def decide_kept(b: Batch, job: Job) -> Result | None:
     result = Result(
         job.sid, b.aid, b.reference.max_score, isolation=b.isolation.describe(), reference=b.reference.digest
     )
-    merge_parts(result, parts, [])
-    return result
+    return merge_parts(result, parts, [])
 
 
 def read_submission(folder: Path, names: list[str]) -> tuple[dict, str]:
@@ -450,55 +515,57 @@ def read_submission(folder: Path, names: list[str]) -> tuple[dict, str]:
     return raws, submission_digest(folder, names)
 
 
-def merge_parts(result: Result, parts: list[tuple[str, Result]], notes: list[str]) -> None:
-    """One submission's result from its notebooks' (one, for this course's assignments): cells and written
-    answers in the assignment's order, the worst status with its reason, notes and flags named by notebook
-    where there are several."""
+def merge_parts(base: Result, parts: list[tuple[str, Result]], notes: list[str]) -> Result:
+    """One submission's result from its notebooks' (one, for this course's assignments): a new result made
+    from ``base`` (its student, maximum, isolation, reference, digest and what it already holds), with cells and
+    written answers in the assignment's order, each named by its notebook, the worst status with its reason,
+    ``notes`` and the parts' notes and flags, named by notebook where there are several. ``base`` and
+    ``parts`` are left as they were."""
     several = len(parts) > 1
 
     def named(nb: str, text: str) -> str:
         return f"{nb}.ipynb: {text}" if several else text
 
-    result.notes = [*notes]
+    cells, written = [*base.cells], [*base.written]
+    merged_notes, flags, code_flags = [*notes], [*base.flags], [*base.code_flags]
+    timings, in_sandbox, peak = dict(base.timings), base.seconds_in_sandbox, base.peak_memory_mb
     for nb, part in parts:
-        for cell in part.cells:
-            cell.notebook = nb
-        for w in part.written:
-            w.notebook = nb
-        result.cells += part.cells
-        result.written += part.written
-        result.notes += [named(nb, n) for n in part.notes]
-        result.flags += [named(nb, f) for f in part.flags]
-        result.code_flags += [replace(f, notebook=nb) for f in part.code_flags]
-        result.timings.update({(f"{nb}:{k}" if several else k): v for k, v in part.timings.items()})
+        cells += [replace(cell, notebook=nb) for cell in part.cells]
+        written += [replace(w, notebook=nb) for w in part.written]
+        merged_notes += [named(nb, n) for n in part.notes]
+        flags += [named(nb, f) for f in part.flags]
+        code_flags += [replace(f, notebook=nb) for f in part.code_flags]
+        timings.update({(f"{nb}:{k}" if several else k): v for k, v in part.timings.items()})
         if part.seconds_in_sandbox is not None:
-            result.seconds_in_sandbox = round((result.seconds_in_sandbox or 0) + part.seconds_in_sandbox, 2)
+            in_sandbox = round((in_sandbox or 0) + part.seconds_in_sandbox, 2)
         if part.peak_memory_mb is not None:
-            result.peak_memory_mb = max(result.peak_memory_mb or 0, part.peak_memory_mb)
+            peak = max(peak or 0, part.peak_memory_mb)
     # a notebook not handed in (or unreadable) beside others that ran: the submission's status is theirs
     readable = [p for p in parts if p[1].status != "unreadable"] or parts
-    worst = min(readable, key=lambda p: list(STATUS).index(p[1].status))
-    result.status = worst[1].status
-    result.score = round(sum(c.points for c in result.cells), 2)
-    if result.is_error:
-        result.reason, result.detail, result.traceback = (
-            named(worst[0], worst[1].reason),
-            worst[1].detail,
-            worst[1].traceback,
-        )
-        return
+    worst_nb, worst = min(readable, key=lambda p: list(STATUS).index(p[1].status))
+    merged = replace(
+        base, cells=cells, written=written, notes=merged_notes, flags=flags, code_flags=code_flags,
+        timings=timings, seconds_in_sandbox=in_sandbox, peak_memory_mb=peak, inputs=dict(base.inputs),
+        status=worst.status, score=round(sum(c.points for c in cells), 2), detail=worst.detail,
+    )  # fmt: skip
+    if merged.is_error:
+        return replace(merged, reason=named(worst_nb, worst.reason), traceback=worst.traceback)
     if not several:
-        result.reason, result.detail = worst[1].reason, worst[1].detail
-        return
-    failed = [c for c in result.cells if not c.passed]
-    others = "; ".join(p.reason if p.status == "unreadable" else named(nb, p.reason)
+        return replace(merged, reason=worst.reason)
+    return replace(merged, reason=parts_reason(cells, parts))
+
+
+def parts_reason(cells: list[CellResult], parts: list[tuple[str, Result]]) -> str:
+    """The reason of a submission of several notebooks that ran: its failed tests (the first named by its
+    notebook), then what its other notebooks said where they were not graded."""
+    failed = [c for c in cells if not c.passed]
+    others = "; ".join(p.reason if p.status == "unreadable" else f"{nb}.ipynb: {p.reason}"
                        for nb, p in parts if p.status not in ("graded", "flagged"))  # fmt: skip
-    result.reason = (
-        f"{len(failed)} of {len(result.cells)} tests failed; first: {failed[0].notebook}.ipynb: {failed[0].message}"
+    return (
+        f"{len(failed)} of {len(cells)} tests failed; first: {failed[0].notebook}.ipynb: {failed[0].message}"
         if failed
         else "all tests passed"
     ) + (f" ({others})" if others else "")
-    result.detail = worst[1].detail
 
 
 def error_result(b: Batch, job: Job, err: Exception) -> Result:
@@ -660,7 +727,7 @@ def assignment_inputs(course: Course, aid: str) -> dict[str, str]:
     return found
 
 
-def grade_with_retry(b: Batch, job: Job, sandbox: Sandbox | None = None) -> Result:
+def grade_with_retry(b: Batch, job: Job, sandbox: SandboxRun | None = None) -> Result:
     """Grade once; a grader error (the student's code never ran, or the run was lost) gets one more try
     in a fresh sandbox."""
     result = grade_one(b, job, sandbox)
@@ -682,7 +749,7 @@ def run_jobs(
     done: queue.Queue[Result | None] = queue.Queue()
 
     def worker(slot: int) -> None:
-        ready: Sandbox | None = None
+        ready: SandboxRun | None = None
         while True:
             try:
                 job = pending.get_nowait()
