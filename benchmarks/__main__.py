@@ -1,4 +1,5 @@
-"""``python -m benchmarks``: measure, record the run as ``results/<UTC timestamp>.json``, rebuild RESULTS.md."""
+"""``python -m benchmarks``: measure, record the run as ``results/<UTC timestamp>.json``, keep the test suite's
+latest slowest-tests table (``results/suite-<UTC timestamp>.json``), rebuild RESULTS.md."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="rebuild RESULTS.md from the recorded runs; measure nothing",
+        help="keep the test suite's latest table and rebuild RESULTS.md from the recorded runs; measure nothing",
     )
     return parser.parse_args(argv)
 
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     quiet()
     from benchmarks.report import write_report
+    from benchmarks.suite import keep_latest
 
     failed = False
     # the mutation score (benchmarks.mutants): full runs only, about 5 minutes an assignment
@@ -94,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = failed or any(
             "error" in a for a in json.loads(path.read_text(encoding="utf-8"))["assignments"]
         )
+    kept = keep_latest(args.out / "results")  # the table a test session wrote, if newer than the last kept
+    if kept:
+        print(f"kept the test suite's table as {kept}")
     print(f"wrote {write_report(args.out)}")
     return 1 if failed else 0
 

@@ -9,19 +9,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.suite import PREFIX as SUITE_PREFIX
+from benchmarks.suite import suite_section
+
 SECTIONS = ("grading", "course", "claims")
 PLOT_NAME = "summary.png"
 WAYS = (("nbgrader", "nbgrader"), ("lower_bound", "lower bound"), ("autograder", "autograder"))
 MUTANTS_PREFIX = "mutants-"  # results/mutants-<timestamp>.json: benchmarks.mutants
 COLAB_PREFIX = "colab-check-"  # results/colab-check-<timestamp>.json: benchmarks.colab_check
 PARTS_PREFIX = "parts-"  # results/parts-<timestamp>.json: benchmarks.parts
-OWN_SECTIONS = (MUTANTS_PREFIX, COLAB_PREFIX, PARTS_PREFIX)
+OWN_SECTIONS = (MUTANTS_PREFIX, COLAB_PREFIX, PARTS_PREFIX, SUITE_PREFIX)  # suite-: the test suite's tables
 
 
 def load_runs(results: Path) -> list[tuple[str, dict]]:
     runs = []
     for path in sorted(results.glob("*.json")):
-        if path.name.startswith(OWN_SECTIONS):  # mutation runs and Colab checks: their own sections
+        if path.name.startswith(OWN_SECTIONS):  # mutation runs, Colab checks, ...: their own sections
             continue
         try:
             runs.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
@@ -712,6 +715,7 @@ def write_report(out: Path) -> Path:
     lines += mutants_section(results)
     lines += parts_section(results)
     lines += colab_section(results)
+    lines += suite_section(results)
     target = out / "RESULTS.md"
     target.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     return target

@@ -12,6 +12,17 @@ ROOT = Path(__file__).resolve().parents[1]
 quiet()
 
 
+def pytest_configure(config):
+    """The slowest-tests table (tests/suite_durations.py), written by the process that reports: not an xdist worker."""
+    if not hasattr(config, "workerinput"):
+        from autograder.course import Course
+        from benchmarks.suite import IN_WORK  # make bench keeps the table from there
+        from tests.suite_durations import SuiteDurations
+
+        table = Course(root=ROOT).work / IN_WORK
+        config.pluginmanager.register(SuiteDurations(config, table), "suite-durations")
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
