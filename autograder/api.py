@@ -1,10 +1,11 @@
 """What code outside the grader (the benchmarks, a course's own scripts) may use: ``from autograder.api import
-grade``. Everything else in the package may change without notice."""
+grade``; how to grade is one :class:`Settings` (``grade(course, "A1", Settings(workers=4))``). Everything else in
+the package may change without notice."""
 
 from autograder.commands.regrade import regrade
 from autograder.commands.workflows import throwaway_course
 from autograder.course import ROOT, Course, is_graded_test, is_solution, nbgrader_meta
-from autograder.grading.batch import grade
+from autograder.grading.batch import Listeners, grade
 from autograder.grading.canary import prove
 from autograder.intake.notebooks import execute_notebook
 from autograder.intake.release import release, run_nbgrader
@@ -12,7 +13,8 @@ from autograder.intake.repair import repair
 from autograder.intake.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
 from autograder.runner.forkserver import warm_parents
 from autograder.runner.isolation import resolve
-from autograder.runner.sandbox import Limits, set_uid_base
+from autograder.runner.sandbox import set_uid_base
+from autograder.settings import Limits, Settings
 
 
 def kept_values(course: Course, aid: str, sid: str) -> dict:
@@ -35,7 +37,7 @@ def cold_start() -> None:
 
 
 __all__ = [
-    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test", "kept_values",
+    "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "Listeners", "Settings", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test", "kept_values",
     "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_nbgrader",
     "set_uid_base", "solution_ids", "throwaway_course", "untouched", "warm_parents",
 ]  # fmt: skip

@@ -38,6 +38,8 @@ from autograder.api import (
     ROOT,
     Course,
     Limits,
+    Listeners,
+    Settings,
     cold_start,
     execute_notebook,
     grade,
@@ -223,6 +225,12 @@ def autograder_limits(workers: int) -> Limits:
     return replace(Limits(), threads=max(1, cores // max(1, workers)))
 
 
+def autograder_settings(workers: int) -> Settings:
+    """The command line's defaults for ``workers`` workers (:func:`autograder_limits`), the isolation ``auto``
+    resolves to."""
+    return Settings(limits=autograder_limits(workers), isolation=resolve("auto"), workers=workers)
+
+
 PROOF_STEPS = (  # what grade() says as each step of its proof starts, and the step's name here
     ("proving the grader: probing", "probe (the warm parents start meanwhile)"),
     ("proving the grader: the reference", "reference"),
@@ -235,12 +243,13 @@ PROOF_STEPS = (  # what grade() says as each step of its proof starts, and the s
 def grade_with_autograder(
     course: Course, aid: str, workers: int, students: list[str] | None = None, **options
 ) -> tuple[dict, list[dict]]:
-    """``options``: ``isolation`` (default: what ``auto`` resolves to); ``memory`` (default True): sample the
+    """``options``: fields of :class:`Settings` (``isolation``, default what ``auto`` resolves to; ...); ``memory``
+    (default True): sample the
     workers' memory meanwhile (PSS reads every process's page tables: about 0.5 s of CPU in a first class of
     20, so a timing that reports no memory leaves it out). The result says when each step of the proof began
     (seconds from the start) and when the first result was recorded."""
-    isolation = options.pop("isolation", resolve("auto"))
     sampler = MemorySampler() if options.pop("memory", True) else nullcontext(MemorySampler())
+    settings = replace(autograder_settings(workers), **options)
     said, first = [], []
     start = time.perf_counter()
 
@@ -255,14 +264,14 @@ def grade_with_autograder(
 
     with sampler as memory:
         rows = grade(
-            course, aid, workers=workers, limits=autograder_limits(workers), students=students, force=True,
-            isolation=isolation, on_progress=progress, on_result=arrived, **options,
+            course, aid, settings, students=students, force=True,
+            listeners=Listeners(on_result=arrived, on_progress=progress),
         )  # fmt: skip
     seconds = time.perf_counter() - start
     cells = sum(r.timings.get("child_notebook", 0.0) for r in rows)
     cores = os.cpu_count() or 1
     extra = {
-        "workers": workers, "runner": isolation.runner, "isolation": isolation.describe(),
+        "workers": workers, "runner": settings.isolation.runner, "isolation": settings.isolation.describe(),
         "proof_steps": said, "first_result_seconds": first[0] if first else None,
         "cell_seconds": round(cells, 2),
         "wall_vs_cells_per_core": round(seconds / (cells / cores), 3) if cells else None,
@@ -478,7 +487,7 @@ def benchmark_assignment(
     with paired_classes(aid, count, quick) as (nbgrader_course, autograder_course, made):
         # nbgrader's and the lower bound's reference (their hidden cases need it): built, untimed, in the
         # benchmark's own cache; the autograder's way builds its own, timed
-        reference, _ = prove(nbgrader_course, aid, autograder_limits(workers), resolve("auto"), workers)
+        reference, _ = prove(nbgrader_course, aid, autograder_settings(workers))
         log(f"{aid}: reference {reference.directory} ({len(reference.cases)} cases)")
         results: dict = {}
 
@@ -624,7 +633,7 @@ def measure_regrade(course: Course, aid: str, workers: int, graded: dict) -> dic
     text, case = loosen_a_hidden_tolerance(path.read_text(encoding="utf-8"))
     path.write_text(text, encoding="utf-8")
     log(f"{aid}: regrade after loosening the tolerance of {case}")
-    report = regrade(course, aid, autograder_limits(workers), resolve("auto"), workers)
+    report = regrade(course, aid, autograder_settings(workers))
     anew = report.reference_seconds + graded["seconds"]
     return {
         "edit": f"rtol of the hidden case {case} loosened",
@@ -702,7 +711,7 @@ def measure_a4(workers: int) -> dict:
         try:
             made = make_submissions(course, aid, A4_COUNT)
             write_submissions(course, aid, made)
-            prove(course, aid, autograder_limits(workers), resolve("auto"), workers)
+            prove(course, aid, autograder_settings(workers))
             spawn = resolve("basic", "spawn") if resolve("auto").mode == "basic" else resolve("bubblewrap")
             ways = {"forked (default)": {}}
             if aid == "A4":

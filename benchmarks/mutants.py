@@ -501,21 +501,15 @@ def control_notebook(course: Course, aid: str) -> nbformat.NotebookNode:
 # ----------------------------------------------------------------------------- grading
 
 
-def mutant_limits(workers: int):
+def mutant_settings(workers: int):
     """The command line's default limits, one BLAS thread per kernel (grades do not depend on it). The
     per-cell limit stays the default: A4's torch.compile cell needs more than 90 s on a busy 2-core
-    machine, so a mutant that loops forever costs that much."""
-    from autograder.api import Limits
+    machine, so a mutant that loops forever costs that much. The isolation is what ``auto`` gives, as for a
+    class: a grade does not depend on it, and forked kernels make the few hundred notebooks of a mutation
+    run cheap."""
+    from autograder.api import Limits, Settings, resolve
 
-    return Limits(threads=1)
-
-
-def mutant_isolation():
-    """What ``auto`` gives, as for a class: a grade does not depend on the isolation, and forked kernels
-    make the few hundred notebooks of a mutation run cheap."""
-    from autograder.api import resolve
-
-    return resolve("auto")
+    return Settings(limits=Limits(threads=1), isolation=resolve("auto"), workers=workers)
 
 
 def _captured(course: Course, aid: str, sid: str) -> dict:
@@ -559,7 +553,7 @@ def grade_mutants(
 ) -> tuple[dict, list[dict]]:
     """Grade the control and ``mutants`` as one batch in a throwaway copy of ``course``:
     ``(control's row, one row per mutant)``."""
-    from autograder.api import grade, throwaway_course
+    from autograder.api import Listeners, grade, throwaway_course
     from benchmarks.grading import private_uid_range
 
     private_uid_range()  # never share sandbox uids with another grader running on this machine
@@ -580,13 +574,7 @@ def grade_mutants(
         results = {
             r.student_id: r
             for r in grade(
-                work,
-                aid,
-                workers=workers,
-                limits=mutant_limits(workers),
-                force=True,
-                isolation=mutant_isolation(),
-                on_result=show,
+                work, aid, mutant_settings(workers), force=True, listeners=Listeners(on_result=show)
             )
         }
         seconds = time.monotonic() - started

@@ -18,6 +18,7 @@ from autograder.grading.canary import prove
 from autograder.intake.release import release
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 
 AID = "A7"
 MODES = [("bubblewrap", "spawn"), ("basic", "fork"), ("basic", "spawn")]
@@ -33,7 +34,9 @@ def test_a7_solutions_get_full_marks_and_its_release_0_in_every_isolation_mode(m
         pytest.skip(str(err))
     course = Course().copy([AID], tmp_path, cache_root=tmp_path / ".grading" / "cache")  # a cold cache
     release(course, [AID])
-    reference, record = prove(course, AID, Limits(), isolation, workers=1, strict=True)
+    reference, record = prove(
+        course, AID, Settings(limits=Limits(), isolation=isolation, workers=1, strict=True)
+    )
     assert reference.max_score == 100
     assert record["passed"], record["problems"]
     assert record["isolation"] == isolation.describe()

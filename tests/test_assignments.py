@@ -19,6 +19,7 @@ from autograder.grading.reference import build_reference
 from autograder.intake.conventions import problems
 from autograder.intake.release import LEAK_MARKERS, release, run_nbgrader
 from autograder.intake.samples import samples
+from autograder.settings import Settings
 from tests.fixtures import wrong_work
 from tests.fixtures.warm import warm_copy
 
@@ -195,7 +196,7 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     for sid, pack in packs.items():
         course.submission(aid, sid).parent.mkdir(parents=True)
         nbformat.write(wrong_work.notebook(pack), str(course.submission(aid, sid)))
-    results = {r.student_id: r for r in grade(course, aid, workers=2, isolation=ISOLATION[aid])}
+    results = {r.student_id: r for r in grade(course, aid, Settings(workers=2, isolation=ISOLATION[aid]))}
     solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
     solution.mkdir(parents=True)
     shutil.copy(MAIN.source_notebook(aid), solution / f"{aid}.ipynb")

@@ -20,6 +20,7 @@ from autograder.intake.samples import filled
 from autograder.outputs.feedback import write_feedback
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures import toy_course
 from tests.test_way_back import answered, with_cells
 
@@ -143,7 +144,8 @@ def batch(tmp_path_factory):
     for sid, nb in attacks.items():
         toy_course.submit(course, sid, nb)
     results = {
-        r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=resolve("auto"))
+        r.student_id: r
+        for r in grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=resolve("auto")))
     }
     feedback_errors = {}
     for sid in attacks:  # one page at a time: a page that cannot be written must not hide the others
@@ -305,7 +307,7 @@ def test_the_compile_cache_a_run_is_given_does_not_show_the_instructors_solution
     blank = nbformat.read(str(course.release_notebook("T1")), as_version=4)
     toy_course.submit(course, "reader", answered(blank, square=READ_COMPILE_CACHE))
     limits = Limits(timeout=400, cell_timeout=300, memory_mb=4096, nproc=256)
-    [result] = grade(course, "T1", workers=1, limits=limits, isolation=resolve("auto"))
+    [result] = grade(course, "T1", Settings(workers=1, limits=limits, isolation=resolve("auto")))
     assert result.score == 0
     write_feedback(course, "T1")
     shown = html.unescape(page(course, "reader"))
@@ -339,7 +341,7 @@ def test_memory_held_in_the_runs_folders_counts_against_its_memory_limit(tmp_pat
     release(course, ["T1"])
     toy_course.submit(course, "ballast", with_cells(filled(course, "T1"), BALLAST, after="test_scale"))
     limits = Limits(timeout=60, cell_timeout=30, memory_mb=1024, nproc=256)
-    [result] = grade(course, "T1", workers=1, limits=limits, isolation=resolve("auto"))
+    [result] = grade(course, "T1", Settings(workers=1, limits=limits, isolation=resolve("auto")))
     assert not result.is_error, result.reason
     executed = nbformat.read(str(course.executed("T1", "ballast")), as_version=4)
     printed = [
@@ -391,7 +393,7 @@ def test_a1_training_points_need_training_not_a_fit_to_the_labels_the_check_is_g
         str(toy_course.ROOT / "source" / "A1" / "samples" / "perfect.ipynb"), as_version=4
     )
     toy_course.submit(course, "fitter", answered(perfect, train=FIT_TO_THE_CHECKS_LABELS), aid="A1")
-    [result] = grade(course, "A1", workers=1, isolation=resolve("auto"))
+    [result] = grade(course, "A1", Settings(workers=1, isolation=resolve("auto")))
     cell = next(c for c in result.cells if c.grade_id == "test_train")
     assert not cell.passed and cell.points < cell.max_points, cell  # today: 16 / 16, no flag
 
@@ -432,7 +434,7 @@ def test_a_run_leaves_no_shared_memory_behind(tmp_path, mode):
     course = Course(root=toy_course.make_course(tmp_path / "course"))
     release(course, ["T1"])
     toy_course.submit(course, "segment", with_cells(filled(course, "T1"), SHARED_SEGMENT.format(key=key)))
-    [result] = grade(course, "T1", workers=1, limits=LIMITS, isolation=isolation)
+    [result] = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=isolation))
     left = _segments(key)
     import ctypes
 

@@ -187,6 +187,7 @@ from autograder.course import Course
 from autograder.intake.release import release
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures import toy_course
 from tests.test_way_back import with_cells
 
@@ -197,7 +198,7 @@ blank = nbformat.read(str(course.release_notebook("T1")), as_version=4)
 nb = with_cells(blank, extra) if extra else blank
 toy_course.submit(course, "s", nb)
 limits = Limits(timeout=120, cell_timeout=60, memory_mb=2048, nproc=256)
-[result] = grade(course, "T1", workers=1, limits=limits, isolation=resolve("auto"))
+[result] = grade(course, "T1", Settings(workers=1, limits=limits, isolation=resolve("auto")))
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print("RESULT", json.dumps({"peak_mb": peak, "score": result.score, "flags": result.flags[:3]}))
 """

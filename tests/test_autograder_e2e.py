@@ -22,6 +22,7 @@ from autograder.outputs.export import write_results_csv
 from autograder.outputs.feedback import write_feedback
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures.toy_course import make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=20, memory_mb=2048, nproc=256)
@@ -160,7 +161,9 @@ def isolated_toy(request, tmp_path, decoys):
 def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
     toy, isolation = isolated_toy
     expected = hostile_batch(toy)
-    results = {r.student_id: r for r in grade(toy, "T1", workers=2, limits=LIMITS, isolation=isolation)}
+    results = {
+        r.student_id: r for r in grade(toy, "T1", Settings(workers=2, limits=LIMITS, isolation=isolation))
+    }
     assert set(results) == set(expected)
     report = {sid: (r.score, r.status, r.reason) for sid, r in results.items()}
     for sid, (score, statuses) in expected.items():
@@ -219,12 +222,12 @@ def test_hostile_batch_gets_exactly_the_points_it_computed(isolated_toy):
 def test_grading_is_resumable_and_idempotent(toy):
     for sid in ("r1", "r2"):
         submit(toy, sid, filled(toy, "T1"))
-    first = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
+    first = grade(toy, "T1", Settings(workers=2, limits=LIMITS), students=["r1", "r2"])
     assert {r.student_id: r.score for r in first} == {"r1": 100, "r2": 100}
-    again = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
+    again = grade(toy, "T1", Settings(workers=2, limits=LIMITS), students=["r1", "r2"])
     assert again == []  # nothing changed: nothing graded twice
     submit(toy, "r2", filled(toy, "T1", {"scale"}))  # a resubmission is graded again
-    changed = grade(toy, "T1", workers=2, limits=LIMITS, students=["r1", "r2"])
+    changed = grade(toy, "T1", Settings(workers=2, limits=LIMITS), students=["r1", "r2"])
     assert [(r.student_id, r.score) for r in changed] == [("r2", 60)]
     from nbgrader.api import Gradebook
 
@@ -281,7 +284,7 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
     }
     assert done_before and len(done_before) < len(students), "the kill should land mid-batch"
 
-    rest = grade(toy, "T1", workers=2, limits=LIMITS, students=students)
+    rest = grade(toy, "T1", Settings(workers=2, limits=LIMITS), students=students)
     assert sorted(r.student_id for r in rest) == sorted(set(students) - set(done_before))
     for sid, mtime in done_before.items():
         assert toy.result("T1", sid).stat().st_mtime_ns == mtime  # not graded again

@@ -19,6 +19,7 @@ from autograder.intake.samples import filled
 from autograder.outputs.export import export_canvas, export_nbgrader
 from autograder.outputs.report import write_report
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures.toy_course import submit
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048)
@@ -94,7 +95,7 @@ def test_exports_report_and_gradescope(toy, tmp_path, monkeypatch):
     submit(toy, "fay", filled(toy, "T1", {"square"}))
     results = {
         r.student_id: r
-        for r in grade(toy, "T1", workers=2, limits=LIMITS, students=["eve", "fay"], force=True)
+        for r in grade(toy, "T1", Settings(workers=2, limits=LIMITS), students=["eve", "fay"], force=True)
     }
     assert results["fay"].score == 40
 
@@ -146,7 +147,7 @@ from pathlib import Path
 from distributed import Client, LocalCluster
 from autograder.course import Course
 from autograder.grading.batch import grade
-from autograder.runner.sandbox import Limits
+from autograder.settings import Limits, Settings
 
 
 def warm_parents():
@@ -159,8 +160,9 @@ if __name__ == "__main__":
     # as a throwaway course of `run` or `demo` has it: the cache (references) outside the course
     course = Course(root=Path(sys.argv[1]), cache_root=Path(sys.argv[2]))
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        rows = grade(course, "T1", students=["dask1", "dask2"], force=True, scheduler=cluster.scheduler_address,
-                     limits=Limits(timeout=60, cell_timeout=20, memory_mb=2048))
+        settings = Settings(limits=Limits(timeout=60, cell_timeout=20, memory_mb=2048),
+                            scheduler=cluster.scheduler_address)
+        rows = grade(course, "T1", settings, students=["dask1", "dask2"], force=True)
         with Client(cluster) as client:
             parents = client.run(warm_parents)
     print(json.dumps({"scores": {r.student_id: r.score for r in rows}, "parents": parents}))
@@ -191,6 +193,6 @@ def test_grading_on_a_dask_cluster_gives_the_same_results(toy, tmp_path):
     assert len({pid for pid, _, _ in parents}) == len(parents)
     local = {
         r.student_id: r.score
-        for r in grade(toy, "T1", students=["dask1", "dask2"], force=True, limits=LIMITS)
+        for r in grade(toy, "T1", Settings(limits=LIMITS), students=["dask1", "dask2"], force=True)
     }
     assert on_dask == local == {"dask1": 100, "dask2": 60}

@@ -21,6 +21,7 @@ from autograder.grading.batch import grade
 from autograder.intake.collect import collect
 from autograder.intake.release import release
 from autograder.intake.samples import filled
+from autograder.settings import Settings
 from tests.jupyter_server import CHROMIUM_ARGS, JupyterLab, copy_course, find_chromium
 
 pytestmark = pytest.mark.browser
@@ -227,7 +228,7 @@ def test_student_fills_an_answer_saves_and_the_autograder_grades_it(lab, course,
     handin.mkdir()
     shutil.copy(notebook, handin / "student1.ipynb")
     assert set(collect(course, "A1", handin).students) == {"student1"}
-    [result] = grade(course, "A1", workers=1)
+    [result] = grade(course, "A1", Settings(workers=1))
     points = {c.grade_id: (c.passed, c.points, c.max_points) for c in result.cells}
     assert RELU_TESTS < set(points)
     for grade_id, (passed, got, worth) in points.items():
@@ -269,7 +270,7 @@ def test_instructor_reads_the_class_report_and_follows_a_feedback_link(toy, page
     submit(toy, "bea", ben)
     submit(toy, "ben", ben)
     submit(toy, "cheat", samples(toy, "T1")["cheater"])
-    results = {r.student_id: r for r in grade(toy, "T1", workers=2, force=True)}
+    results = {r.student_id: r for r in grade(toy, "T1", Settings(workers=2), force=True)}
     statuses = {sid: r.status for sid, r in results.items()}
     assert statuses == {"ada": "graded", "bea": "graded", "ben": "graded", "cheat": "flagged"}
     write_feedback(toy, "T1")

@@ -18,6 +18,7 @@ from autograder.intake.release import release
 from autograder.intake.samples import filled
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures import toy_course
 from tests.test_way_back import with_cells
 
@@ -112,7 +113,7 @@ def graded(tmp_path_factory):
     }
     for sid, nb in submissions.items():
         toy_course.submit(course, sid, nb)
-    results = grade(course, "T1", workers=1, limits=LIMITS, isolation=resolve("auto"))
+    results = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=resolve("auto")))
     return {r.student_id: r for r in results}
 
 

@@ -21,6 +21,7 @@ from autograder.intake.samples import filled
 from autograder.runner import forkserver
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits, Sandbox
+from autograder.settings import Settings
 from tests.fixtures.toy_course import make_course, meta, source_notebook, submit
 
 LIMITS = Limits(timeout=120, cell_timeout=60, memory_mb=3072)
@@ -142,7 +143,9 @@ def test_nothing_one_submission_does_reaches_the_next_in_the_same_worker(tmp_pat
         "spawn",
         lambda self, request: spawned.append((self, request.scratch)) or real_spawn(self, request),
     )
-    results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=isolation)}
+    results = {
+        r.student_id: r for r in grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=isolation))
+    }
     assert (results["b_next"].score, results["b_next"].status) == (100, "graded"), results["b_next"].reason
     assert results["a_polluter"].score == 0  # its check() did nothing: nothing was captured
     printed = [

@@ -20,7 +20,7 @@ import pytest
 from autograder.commands import cli, workflows
 from autograder.course import Course, nbgrader_meta
 from autograder.grading import canary, pipeline
-from autograder.grading.batch import grade
+from autograder.grading.batch import Listeners, grade
 from autograder.grading.canary import CanaryFailed
 from autograder.grading.reference import ReferenceError, build_reference, calibrate
 from autograder.grading.verify import verify
@@ -30,6 +30,7 @@ from autograder.outputs.export import write_results_csv
 from autograder.runner import isolation
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits, Sandbox
+from autograder.settings import Settings
 from dlcourse import grading
 from dlcourse.grading import Case
 from tests.fixtures.toy_course import ROOT, make_course, submit
@@ -199,7 +200,7 @@ def test_a_source_whose_release_earns_points_is_refused_and_nothing_is_recorded(
 
     monkeypatch.setattr(canary.CanaryBeside, "arrive", arriving)
     with pytest.raises(CanaryFailed, match="untouched release got 40 points: the tests of test_square pass"):
-        grade(course, "T1", workers=2, limits=LIMITS, isolation="basic")
+        grade(course, "T1", Settings(workers=2, limits=LIMITS, isolation="basic"))
     # the canary ran first on the students' two workers (students ran beside it until it failed); once it
     # failed, no other submission started but those a worker had already taken (at most one each)
     assert sorted(sid for sid, _ in started[:2]) == ["canary/release", "canary/solutions"]
@@ -227,16 +228,14 @@ def test_results_graded_beside_the_canary_are_recorded_only_after_it_passed(tmp_
     rows = grade(
         course,
         "T1",
-        workers=2,
-        limits=LIMITS,
-        isolation="basic",
-        on_result=lambda r: order.append(r.student_id),
+        Settings(workers=2, limits=LIMITS, isolation="basic"),
+        listeners=Listeners(on_result=lambda r: order.append(r.student_id)),
     )
     assert order[0] == "proved" and sorted(order[1:]) == ["ada", "ben", "cyd", "dan"]
     assert {r.student_id: r.score for r in rows} == {"ada": 100, "ben": 100, "cyd": 100, "dan": 100}
     # a second batch finds the canary passed in the cache: nothing of it runs
     monkeypatch.setattr(canary, "canary_jobs", lambda *a, **k: pytest.fail("the canary ran again"))
-    assert len(grade(course, "T1", workers=2, limits=LIMITS, isolation="basic", force=True)) == 4
+    assert len(grade(course, "T1", Settings(workers=2, limits=LIMITS, isolation="basic"), force=True)) == 4
 
 
 @pytest.mark.slow
@@ -247,14 +246,14 @@ def test_results_that_differ_between_runs_refuse_the_reference(tmp_path):
     with pytest.raises(
         ReferenceError, match=r"(?s)Widen these cases.*t1\.square\.unseeded: differs by up to"
     ):
-        build_reference(course, "T1", limits=LIMITS, isolation=resolve("basic"))
+        build_reference(course, "T1", Settings(limits=LIMITS, isolation=resolve("basic")))
 
 
 @pytest.mark.slow
 def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch):
     course = toy_course(tmp_path)
     submit(course, "ada", filled(course, "T1"))
-    first = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic")
+    first = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation="basic"))
     assert [(r.student_id, r.score) for r in first] == [("ada", 100)]
 
     # A second batch: the canary is cached (not run again), then every kernel fails to start.
@@ -269,7 +268,7 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
         Sandbox, "request", lambda self, probe=False: replace(request(self, probe), scratch="/nonexistent")
     )
     submit(course, "ben", filled(course, "T1", {"square"}))
-    rows = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic", force=True)
+    rows = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation="basic"), force=True)
     assert ran == []
     assert {r.student_id: r.status for r in rows} == {"ada": "error", "ben": "error"}
     assert all("grader error: the sandbox's kernel did not start" in r.reason for r in rows)
@@ -285,7 +284,7 @@ def test_grader_errors_are_retried_listed_and_never_scored(tmp_path, monkeypatch
         assert {s.student.id: s.score for s in gb.find_assignment("T1").submissions} == {"ada": 100}
 
     monkeypatch.undo()  # the grader works again: the errors are graded on the next run, nothing else
-    again = grade(course, "T1", workers=1, limits=LIMITS, isolation="basic")
+    again = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation="basic"))
     assert {r.student_id: (r.score, r.status) for r in again} == {
         "ada": (100, "graded"),
         "ben": (40, "graded"),
@@ -318,12 +317,12 @@ def test_basic_mode_as_root_runs_python_from_a_private_directory(tmp_path, monke
     monkeypatch.setattr(canary, "_PROBED", {})
     basic = resolve("basic")
     if basic.namespaces:  # the sandbox user reaches the interpreter through its own mount namespace
-        rows = grade(course, "T1", workers=1, limits=LIMITS, isolation=basic)
+        rows = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=basic))
         assert [(r.student_id, r.score, r.status) for r in rows] == [("ada", 100, "graded")]
     # Without namespaces the unprivileged user cannot reach that Python: refused up front, with the fix.
     bare = isolation.Isolation("basic", namespaces=False, separate_uid=True)
     with pytest.raises(IsolationError, match="cannot reach this Python .* install bubblewrap"):
-        grade(course, "T1", workers=1, limits=LIMITS, isolation=bare, force=True)
+        grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=bare), force=True)
 
 
 @pytest.mark.slow
@@ -434,7 +433,7 @@ def test_a_probe_that_fails_beside_the_reference_refuses_the_batch_and_keeps_no_
 
     monkeypatch.setattr(canary, "build_reference", build)
     with pytest.raises(IsolationError, match="solutions visible"):
-        grade(course, "T1", workers=1, limits=LIMITS)
+        grade(course, "T1", Settings(workers=1, limits=LIMITS))
     assert built and started and built[0] - started[0] < 0.5  # the reference did not wait for the probe
     assert not (course.reference_dir / "T1").exists()
     assert not any(course.results_dir("T1").glob("*.json"))  # nothing recorded

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from autograder.grading.batch import grade
+from autograder.grading.batch import Listeners, grade
 from autograder.intake.samples import filled
+from autograder.settings import Settings
 from tests.fixtures.toy_course import submit
 
 
@@ -21,7 +22,7 @@ def test_grading_again_with_nothing_changed_skips_the_proof(toy, monkeypatch):
     import autograder.grading.canary
 
     submit(toy, "ada", filled(toy, "T1"))
-    first = grade(toy, "T1", workers=1)
+    first = grade(toy, "T1", Settings(workers=1))
     assert [r.student_id for r in first] == ["ada"]
 
     def started(*_args, **_kw):
@@ -31,12 +32,12 @@ def test_grading_again_with_nothing_changed_skips_the_proof(toy, monkeypatch):
     monkeypatch.setattr(autograder.grading.canary, "_probe_or_discard", started)
     monkeypatch.setattr(autograder.grading.batch, "prestart", started)
     said: list[str] = []
-    assert grade(toy, "T1", workers=1, on_progress=said.append) == []
+    assert grade(toy, "T1", Settings(workers=1), listeners=Listeners(on_progress=said.append)) == []
     assert not any("probing" in line for line in said), said
     # a new hand-in runs: the proof probes again
     submit(toy, "bea", filled(toy, "T1"))
     with pytest.raises(AssertionError, match="a sandbox started"):
-        grade(toy, "T1", workers=1)
+        grade(toy, "T1", Settings(workers=1))
 
 
 def test_release_lists_the_data_files_it_copied(toy, capsys):

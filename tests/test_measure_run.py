@@ -180,6 +180,7 @@ def grade_with(tmp_path, aid: str, defines: str, code: str) -> dict:
     "forger": Result}."""
     from autograder.grading.batch import grade
     from autograder.intake.samples import filled
+    from autograder.settings import Settings
     from tests.fixtures.toy_course import submit
     from tests.fixtures.warm import warm_copy
 
@@ -190,7 +191,7 @@ def grade_with(tmp_path, aid: str, defines: str, code: str) -> dict:
     cell.source = code
     submit(course, "forger", forger, aid=aid)
     submit(course, "perfect", perfect, aid=aid)
-    results = {r.student_id: r for r in grade(course, aid, workers=1, isolation=resolve("auto"))}
+    results = {r.student_id: r for r in grade(course, aid, Settings(workers=1, isolation=resolve("auto")))}
     assert results["perfect"].score == 100, [(c.grade_id, c.message) for c in results["perfect"].cells]
     return results
 
@@ -271,6 +272,7 @@ def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
 
     from autograder.grading.batch import grade
     from autograder.intake.samples import samples
+    from autograder.settings import Settings
     from tests.fixtures.warm import MAIN, warm_copy
 
     course = warm_copy(["A5"], tmp_path)  # (the reference built once, as a course's is; the grading loaded)
@@ -280,7 +282,9 @@ def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
         path.write_text(samples(MAIN, "A5")[name])
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        results = {r.student_id: r for r in grade(course, "A5", workers=2, isolation=resolve("auto"))}
+        results = {
+            r.student_id: r for r in grade(course, "A5", Settings(workers=2, isolation=resolve("auto")))
+        }
     finally:
         for process in busy:
             process.kill()
@@ -309,6 +313,7 @@ def test_a_measured_cell_over_its_cpu_cap_is_tried_once_more_and_only_then(tmp_p
     import autograder.grading.pipeline as pipeline
     from autograder.grading.batch import grade
     from autograder.intake.samples import filled
+    from autograder.settings import Settings
     from tests.fixtures.toy_course import submit
     from tests.test_way_back import answered
 
@@ -316,7 +321,7 @@ def test_a_measured_cell_over_its_cpu_cap_is_tried_once_more_and_only_then(tmp_p
     perfect = filled(course, "T1")
     submit(course, "perfect", perfect)
     mode = resolve("basic", runner="fork")
-    (result,) = grade(course, "T1", workers=1, isolation=mode)  # the reference and the canary, kept
+    (result,) = grade(course, "T1", Settings(workers=1, isolation=mode))  # the reference and the canary, kept
     assert result.score == 100
     calls = []
     real = pipeline.over_cpu
@@ -330,12 +335,12 @@ def test_a_measured_cell_over_its_cpu_cap_is_tried_once_more_and_only_then(tmp_p
         )
 
     monkeypatch.setattr(pipeline, "over_cpu", loaded_once)
-    (result,) = grade(course, "T1", workers=1, isolation=mode, force=True)
+    (result,) = grade(course, "T1", Settings(workers=1, isolation=mode), force=True)
     assert result.score == 100 and len(calls) == 2, (result.score, calls, result.cells)
 
     monkeypatch.setattr(pipeline, "over_cpu", lambda report, seconds: calls.append(seconds) or "always over")
     calls.clear()
-    (result,) = grade(course, "T1", workers=1, isolation=mode, force=True)
+    (result,) = grade(course, "T1", Settings(workers=1, isolation=mode), force=True)
     scale = next(c for c in result.cells if c.grade_id == "test_scale")
     assert scale.points == 0 and len(calls) == 2 and result.score == 40, (result.score, calls)
 
@@ -344,5 +349,5 @@ def test_a_measured_cell_over_its_cpu_cap_is_tried_once_more_and_only_then(tmp_p
     )
     calls.clear()
     submit(course, "perfect", answered(perfect, scale="def scale(x, factor):\n    raise ValueError('no')"))
-    (result,) = grade(course, "T1", workers=1, isolation=mode, force=True)
+    (result,) = grade(course, "T1", Settings(workers=1, isolation=mode), force=True)
     assert result.score == 40 and len(calls) == 1, (result.score, calls)

@@ -20,10 +20,11 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder.course import Course
-from autograder.grading.batch import grade
+from autograder.grading.batch import Listeners, grade
 from autograder.intake.samples import strip_nbgrader_metadata
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 
@@ -64,8 +65,10 @@ def autograded_points(root: Path, aid: str) -> dict[tuple[str, str], float]:
         }
 
 
-def ours(root: Path, aid: str, **kw) -> dict:
-    results = grade(Course(root=root), aid, workers=2, limits=Limits(timeout=120, cell_timeout=60), **kw)
+def ours(root: Path, aid: str, force: bool = False, on_notice=None, **settings) -> dict:
+    """Our grade of ``aid`` by student (``settings``: fields of :class:`Settings` besides the workers and limits)."""
+    settings = Settings(workers=2, limits=Limits(timeout=120, cell_timeout=60), **settings)
+    results = grade(Course(root=root), aid, settings, force=force, listeners=Listeners(on_notice=on_notice))
     return {r.student_id: r for r in results}
 
 
@@ -155,7 +158,11 @@ def test_quickstart_regrade_exports_and_gradescope(quickstart, tmp_path):
 
     course = Course(root=quickstart)
     first = ours(quickstart, "ps1", force=True)
-    report = regrade(course, "ps1", Limits(timeout=120, cell_timeout=60), resolve("auto"), 2)
+    report = regrade(
+        course,
+        "ps1",
+        Settings(limits=Limits(timeout=120, cell_timeout=60), isolation=resolve("auto"), workers=2),
+    )
     assert {c.student_id: c.how for c in report.changes} == dict.fromkeys(first, "decided again")
     assert {c.student_id: c.new.score for c in report.changes} == {s: r.score for s, r in first.items()}
     table = export_canvas(course, tmp_path / "canvas.csv", ["ps1"]).read_text()

@@ -56,6 +56,7 @@ def test_check_help_lists_the_conventions():
 def test_the_starter_meets_the_conventions_and_grades(tmp_path):
     from autograder.grading.batch import grade
     from autograder.runner.sandbox import Limits
+    from autograder.settings import Settings
 
     course = fresh_course(tmp_path)
     assert "check N1 --update" in new(course, AID)
@@ -66,7 +67,8 @@ def test_the_starter_meets_the_conventions_and_grades(tmp_path):
         folder.mkdir(parents=True)
         shutil.copy(course.samples(AID) / f"{name}.ipynb", folder / f"{AID}.ipynb")
     results = {
-        r.student_id: r for r in grade(course, AID, workers=2, limits=Limits(timeout=120, cell_timeout=60))
+        r.student_id: r
+        for r in grade(course, AID, Settings(workers=2, limits=Limits(timeout=120, cell_timeout=60)))
     }
     assert results["perfect"].score == 100 and results["perfect"].status == "graded"
     assert results["blank"].score == 0
@@ -81,6 +83,7 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
     from autograder.grading.batch import grade
     from autograder.grading.reference import build_reference
     from autograder.runner.sandbox import Limits
+    from autograder.settings import Settings
 
     course = fresh_course(tmp_path)
     new(course, AID)
@@ -95,7 +98,7 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
     nbformat.write(nb, str(path))
     assert any("softmax.hidden_rows_sum_to_one" in line for line in notes(course, AID))
     assert check(course, [AID], update=True) == 0
-    reference = build_reference(course, AID, limits=Limits(timeout=120, cell_timeout=60))
+    reference = build_reference(course, AID, Settings(limits=Limits(timeout=120, cell_timeout=60)))
     assert reference.cases["softmax.hidden_rows_sum_to_one"].public is False
     groups = {g["name"]: g["cases"] for g in reference.cells["test_softmax"]["groups"]}
     owner = next(name for name, cases in groups.items() if "softmax.hidden_rows_sum_to_one" in cases)
@@ -110,13 +113,13 @@ def test_a_hidden_check_given_an_expected_value_stays_hidden(tmp_path):
     folder = course.submission_folder(AID, "wrong")
     folder.mkdir(parents=True)
     nbformat.write(wrong, str(folder / f"{AID}.ipynb"))
-    result = grade(course, AID, workers=1, limits=Limits(timeout=120, cell_timeout=60))[0]
+    result = grade(course, AID, Settings(workers=1, limits=Limits(timeout=120, cell_timeout=60)))[0]
     group = next(g for g in result.cells[0].groups if g.name == owner)
     assert not group.passed and "1." not in group.message and "reference solution" in group.message
 
 
 def test_the_course_configuration_decides_limits_and_folders(tmp_path, monkeypatch):
-    from autograder.commands.workflows import cell_timeout, limits_from
+    from autograder.settings import Settings, cell_timeout
 
     monkeypatch.delenv("DLCOURSE_DB_URL", raising=False)
     (tmp_path / "nbgrader_config.py").write_text(
@@ -124,8 +127,8 @@ def test_the_course_configuration_decides_limits_and_folders(tmp_path, monkeypat
     )
     course = Course(root=tmp_path)
     assert cell_timeout(course, None) == 42 and cell_timeout(course, 7) == 7
-    args = Namespace(timeout=600, cell_timeout=None, memory=4096, workers=2, course=course)
-    assert limits_from(args).cell_timeout == 42
+    args = Namespace(timeout=600, cell_timeout=None, memory=4096, workers=2, isolation="auto", course=course)
+    assert Settings.from_args(args).limits.cell_timeout == 42
     assert course.release == tmp_path / "release" and course.db_url == "sqlite:////nowhere/gb.db"
     assert Course().release == ROOT / "assignments"  # this course names its own
     assert cell_timeout(Course(), None) == Course().config.Execute.timeout  # one value, from Limits

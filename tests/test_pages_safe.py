@@ -217,6 +217,7 @@ def graded(tmp_path_factory, tracker):
     grader that does not sanitise leaves), and mallory's went through the grader."""
     from autograder.grading.batch import grade
     from autograder.outputs.feedback import write_feedback
+    from autograder.settings import Settings
 
     root = make_course(tmp_path_factory.mktemp("pages") / "course", notebook=source_with_written_question())
     shutil.copy(Path(__file__).parents[1] / "jupyter_server_config.py", root)
@@ -231,7 +232,7 @@ def graded(tmp_path_factory, tracker):
     path = course.submission(AID, "mallory")
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(mallory, str(path))
-    [result] = grade(course, AID, workers=1, students=["mallory"])
+    [result] = grade(course, AID, Settings(workers=1), students=["mallory"])
     assert not result.is_error, result.reason
 
     eve = course.executed(AID, "eve")

@@ -18,14 +18,14 @@ def test_a_slow_reference_step_beats_at_least_every_n_seconds_and_stops_when_it_
     import autograder.grading.canary
     from autograder.course import Course
     from autograder.runner.isolation import resolve
-    from autograder.runner.sandbox import Limits
+    from autograder.settings import Settings
     from tests.fixtures.toy_course import make_course
 
     every = 0.2
     monkeypatch.setattr(autograder.progress, "HEARTBEAT_SECONDS", every)
     said: list[tuple[float, str]] = []
 
-    def slow_build(course, aid, limits=None, isolation=None, say=None):
+    def slow_build(course, aid, settings=None, force=False, say=None):
         time.sleep(1.0)
         say(f"{aid}: reference: run 1 of 1 done (1 thread, 1 s)")  # a step's own line resets the beat
         time.sleep(1.0)
@@ -35,7 +35,7 @@ def test_a_slow_reference_step_beats_at_least_every_n_seconds_and_stops_when_it_
     toy = Course(root=make_course(tmp_path / "course"))  # its source only: the reference is not built
     begun = time.monotonic()
     autograder.grading.canary._the_reference(
-        toy, "T1", Limits(), resolve("basic"), "if anything runs",
+        toy, "T1", Settings(isolation=resolve("basic")), "if anything runs",
         lambda line: said.append((time.monotonic(), line)),
     )  # fmt: skip
     ended = time.monotonic()
@@ -61,10 +61,11 @@ def test_a_heartbeat_with_no_listener_starts_no_thread():
 def test_grade_says_each_reference_run_measured_cell_and_canary_result_with_its_count(tmp_path, monkeypatch):
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    from autograder.grading.batch import grade
+    from autograder.grading.batch import Listeners, grade
     from autograder.grading.reference import CALIBRATION_THREADS, load_reference
     from autograder.intake.samples import filled
     from autograder.runner.sandbox import Limits
+    from autograder.settings import Settings
     from tests.fixtures.toy_course import submit
     from tests.test_measure_run import measured_toy_course
 
@@ -74,8 +75,7 @@ def test_grade_says_each_reference_run_measured_cell_and_canary_result_with_its_
     every = 0.5
     monkeypatch.setattr(autograder.progress, "HEARTBEAT_SECONDS", every)
     said: list[tuple[float, str]] = []
-    (result,) = grade(course, "T1", workers=1, limits=limits,
-                      on_progress=lambda line: said.append((time.monotonic(), line)))  # fmt: skip
+    (result,) = grade(course, "T1", Settings(workers=1, limits=limits), listeners=Listeners(on_progress=lambda line: said.append((time.monotonic(), line))))  # fmt: skip
     lines = [line for _, line in said]
     shown = "\n".join(f"{t - said[0][0]:6.1f} {line}" for t, line in said)
     proved = next(t for t, line in said if "proved itself" in line)
@@ -116,25 +116,22 @@ def test_grading_the_students_is_never_silent_for_long_either(tmp_path, monkeypa
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
     from autograder.course import Course
-    from autograder.grading.batch import grade
+    from autograder.grading.batch import Listeners, grade
     from autograder.intake.release import release
     from autograder.intake.samples import filled
+    from autograder.settings import Settings
     from tests.fixtures import toy_course
     from tests.test_way_back import with_cells
 
     course = Course(toy_course.make_course(tmp_path / "course"))
     release(course, ["T1"])
-    grade(course, "T1", workers=1)  # the proof, kept: the next batch is the students' only
+    grade(course, "T1", Settings(workers=1))  # the proof, kept: the next batch is the students' only
     toy_course.submit(course, "slow", with_cells(filled(course, "T1"), "import time\ntime.sleep(3)"))
     every = 0.5
     monkeypatch.setattr(autograder.progress, "HEARTBEAT_SECONDS", every)
     said: list[tuple[float, str]] = []
     results = []
-    (result,) = grade(
-        course, "T1", workers=1,
-        on_progress=lambda line: said.append((time.monotonic(), line)),
-        on_result=lambda r: results.append(time.monotonic()),
-    )  # fmt: skip
+    (result,) = grade(course, "T1", Settings(workers=1), listeners=Listeners(on_progress=lambda line: said.append((time.monotonic(), line)), on_result=lambda r: results.append(time.monotonic())))  # fmt: skip
     beats = [t for t, line in said if line.startswith("T1: grading the students: still running")]
     assert len(beats) >= 3, said  # the notebook sleeps 3 s
     assert max(beats) < results[0], "no heartbeat after the last result"
@@ -147,6 +144,8 @@ def test_doctor_and_regrade_show_the_proofs_progress(tmp_path, monkeypatch, caps
     """`doctor` and `regrade` prove the grader too (a reference built, a canary run): they print its steps."""
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
+    import inspect
+
     import autograder.grading.canary
     from autograder.commands.cli import main
     from autograder.course import Course
@@ -162,14 +161,15 @@ def test_doctor_and_regrade_show_the_proofs_progress(tmp_path, monkeypatch, caps
 
     from autograder.grading.batch import grade
     from autograder.intake.samples import filled
+    from autograder.settings import Settings
 
     toy_course.submit(course, "ada", filled(course, "T1"))
-    grade(course, "T1", workers=1, isolation="basic")
+    grade(course, "T1", Settings(workers=1, isolation="basic"))
     said = []
     real = autograder.grading.canary.prove
 
     def proving(*args, **kwargs):
-        said.append(kwargs.get("say") or (args[6] if len(args) > 6 else None))
+        said.append(inspect.signature(real).bind(*args, **kwargs).arguments.get("say"))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(autograder.grading.canary, "prove", proving)

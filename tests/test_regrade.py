@@ -19,6 +19,7 @@ from autograder.intake.release import release
 from autograder.intake.samples import filled
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures.toy_course import TEST_SCALE, make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=60)
@@ -88,7 +89,9 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
             )
     submit(course, "ben", ben)
     submit(course, "dee", nbformat.writes(filled(course, "T1"))[:300])  # cut off: unreadable, nothing runs
-    first = {r.student_id: r for r in grade(course, "T1", workers=2, limits=LIMITS, isolation=isolation)}
+    first = {
+        r.student_id: r for r in grade(course, "T1", Settings(workers=2, limits=LIMITS, isolation=isolation))
+    }
     assert {s: r.score for s, r in first.items()} == {"ada": 100, "ben": 40, "cyd": 60, "dee": 0}
     assert first["dee"].status == "unreadable"
     assert all((course.kept_run("T1", s) / "run.json").is_file() for s in first if s != "dee")
@@ -99,7 +102,7 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
         nothing_runs.setattr(canary_module, "run_canary", forbidden)
         nothing_runs.setattr(regrade_module, "grade", forbidden)  # the unreadable one too: read, not run
         nothing_runs.setattr(canary_module, "probe_isolation", forbidden)  # it guards runs: none here
-        report = regrade(course, "T1", LIMITS, isolation, workers=2)
+        report = regrade(course, "T1", Settings(limits=LIMITS, isolation=isolation, workers=2))
     assert (
         report.proof == "reference decided again from its kept runs, canary decided again from its kept runs"
     )
@@ -137,7 +140,7 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     with monkeypatch.context() as nothing_runs:
         nothing_runs.setattr(reference_module, "_run_source", forbidden)
         nothing_runs.setattr(canary_module, "run_canary", forbidden)
-        report = regrade(course, "T1", LIMITS, isolation, workers=2)
+        report = regrade(course, "T1", Settings(limits=LIMITS, isolation=isolation, workers=2))
     assert {c.student_id: (c.new.score, c.new.max_score) for c in report.changes} == {
         "ada": (80, 80), "ben": (80, 80), "cyd": (40, 80), "dee": (0, 80)
     }  # fmt: skip
@@ -145,7 +148,7 @@ def test_a_tolerance_edit_is_decided_again_without_running_and_an_input_edit_run
     # new inputs for the hidden case: every kept run is stale, so each submission runs again
     edit_source(course, "size=(3, 4)", "size=(4, 4)")
     submit(course, "cyd", filled(course, "T1"))  # and cyd handed in again meanwhile
-    report = regrade(course, "T1", LIMITS, isolation, workers=2)
+    report = regrade(course, "T1", Settings(limits=LIMITS, isolation=isolation, workers=2))
     changes = {c.student_id: c for c in report.changes}
     assert {s: c.new.score for s, c in changes.items()} == {"ada": 80, "ben": 80, "cyd": 80, "dee": 0}
     assert changes["ada"].how == "run again: the source changed what test_scale runs"
@@ -166,7 +169,7 @@ def test_a_regrade_probes_the_sandbox_before_anything_runs_and_keeps_nothing_a_f
     course = Course(root=make_course(tmp_path / "course"))
     release(course, ["T1"])
     submit(course, "ada", filled(course, "T1"))
-    (first,) = grade(course, "T1", workers=1, limits=LIMITS, isolation=resolve("auto"))
+    (first,) = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=resolve("auto")))
     if what_runs == "the reference":
         edit_source(course, "size=(3, 4)", "size=(4, 4)")  # new inputs: the source runs again
     else:  # only a tolerance: the reference is decided again, but the canary's kept runs are gone
@@ -182,7 +185,7 @@ def test_a_regrade_probes_the_sandbox_before_anything_runs_and_keeps_nothing_a_f
     monkeypatch.setattr(canary_module, "probe_isolation", failing_probe)
     monkeypatch.setattr(canary_module, "run_canary", forbidden)  # the canary never runs unprobed
     with pytest.raises(IsolationError, match="solutions visible"):
-        regrade(course, "T1", LIMITS, resolve("auto"), workers=1)
+        regrade(course, "T1", Settings(limits=LIMITS, isolation=resolve("auto"), workers=1))
     assert probed
     stamp = course.reference_dir / "T1" / reference_module.STAMP_FILE
     if what_runs == "the reference":
@@ -194,7 +197,7 @@ def test_a_regrade_probes_the_sandbox_before_anything_runs_and_keeps_nothing_a_f
 def test_regrade_refuses_an_assignment_nobody_has_been_graded_on(tmp_path):
     course = Course(root=make_course(tmp_path / "course"))
     with pytest.raises(RuntimeError, match="nothing to regrade"):
-        regrade(course, "T1", LIMITS, resolve("basic"), workers=1)
+        regrade(course, "T1", Settings(limits=LIMITS, isolation=resolve("basic"), workers=1))
 
 
 def test_the_capture_is_read_without_following_links_or_blocking_and_kept_for_its_bytes_only(tmp_path):

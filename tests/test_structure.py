@@ -1,6 +1,8 @@
 """The grader's house kept in shape by the suite, not by memory: the import graph of ``autograder/`` and of
 ``benchmarks/`` has no circle (imports inside functions counted), ``autograder``'s wings import only from the
-wings before them (:data:`WINGS`), no function in ``autograder/`` is over 60 lines nor any class over 200, ``benchmarks/`` uses only what ``autograder`` exports, and each fact
+wings before them (:data:`WINGS`; an import for type checkers alone, under ``if TYPE_CHECKING:``, never runs and
+is not counted), no function in ``autograder/`` is over 60 lines nor any class over 200 nor takes more than 6
+parameters, ``benchmarks/`` uses only what ``autograder`` exports, and each fact
 below is written in one place. Each rule is also tried on a small made-up package, so a broken rule
 cannot pass silently."""
 
@@ -13,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION, MAX_CLASS = 60, 200
+MAX_PARAMETERS = 6  # what travels together is one value (autograder.settings.Settings, a small dataclass)
 
 
 def modules(package: Path) -> dict[str, ast.Module]:
@@ -25,10 +28,26 @@ def modules(package: Path) -> dict[str, ast.Module]:
     return found
 
 
-def imports(name: str, tree: ast.Module, known: set[str], is_package: bool) -> set[str]:
-    """The modules of ``known`` that ``name`` imports anywhere in its file (in functions too)."""
-    found = set()
+def only_for_type_checkers(tree: ast.Module) -> set[ast.AST]:
+    """The nodes under an ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): never run, so never imported."""
+    skipped = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+        ):
+            skipped |= {n for statement in node.body for n in ast.walk(statement)}
+    return skipped
+
+
+def imports(name: str, tree: ast.Module, known: set[str], is_package: bool) -> set[str]:
+    """The modules of ``known`` that ``name`` imports anywhere in its file (in functions too), but for what it
+    imports for type checkers alone (:func:`only_for_type_checkers`)."""
+    found = set()
+    skipped = only_for_type_checkers(tree)
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -91,6 +110,26 @@ def too_long(package: Path) -> list[str]:
     return found
 
 
+def too_many_parameters(package: Path) -> list[str]:
+    """Every function that takes more than :data:`MAX_PARAMETERS` parameters (``self`` and ``cls`` not
+    counted; ``*args`` and ``**kwargs`` one each), with its count."""
+    found = []
+    for name, tree in modules(package).items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                named = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+                count = (
+                    len(named)
+                    - (named[:1] in (["self"], ["cls"]))
+                    + (a.vararg is not None)
+                    + (a.kwarg is not None)
+                )
+                if count > MAX_PARAMETERS:
+                    found.append(f"{name}.{node.name}: {count} parameters (at most {MAX_PARAMETERS})")
+    return found
+
+
 # The wings of ``autograder``, in order: a module imports only from the vocabulary (the package's own modules
 # that are not doors), its own wing and the wings before it; the doors (what other code and ``python -m``
 # enter by) may import anything, and nothing imports them.
@@ -146,6 +185,28 @@ def test_the_rules_find_a_circle_through_a_function_level_import_and_a_long_func
     assert circles(pkg) == [] and too_long(pkg) == []
 
 
+def test_the_parameter_rule_counts_what_a_function_takes(tmp_path):
+    pkg = write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": (
+            "def f(a, b, c, d, e, g, h):\n    pass\n"
+            "def fine(a, b, c, d, e, g):\n    pass\n"
+            "def rest(a, b, c, d, *args, e=1, **kwargs):\n    pass\n"
+            "class C:\n"
+            "    def m(self, a, b, c, d, e, g):\n        pass\n"
+            "    @classmethod\n    def k(cls, a, b, c, d, e, g):\n        pass\n"
+            "    async def n(self, a, b, c, d, e, g, *, h):\n        pass\n"
+        ),
+    }) / "pkg"  # fmt: skip
+    assert too_many_parameters(pkg) == [
+        "pkg.a.f: 7 parameters (at most 6)",
+        "pkg.a.rest: 7 parameters (at most 6)",
+        "pkg.a.n: 7 parameters (at most 6)",
+    ]
+    (pkg / "a.py").write_text("def f(a, b, c, d, e, g):\n    pass\n")
+    assert too_many_parameters(pkg) == []
+
+
 def test_the_wing_rule_finds_an_import_from_a_later_wing_and_of_a_door(tmp_path):
     pkg = write(tmp_path, {
         "pkg/__init__.py": "",
@@ -173,6 +234,16 @@ def test_the_wing_rule_finds_an_import_from_a_later_wing_and_of_a_door(tmp_path)
     assert wing_breaks(pkg) == [
         "pkg.words (the vocabulary) imports pkg.intake (intake)",
         "pkg.words (the vocabulary) imports pkg.intake.late (intake)",
+    ]
+    # ... but for type checkers, which never run it; what runs beside (an else, a later line) still counts
+    (pkg / "words.py").write_text(
+        "import typing\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.intake import late\nelse:\n    from pkg.runner import box\n"
+        "if typing.TYPE_CHECKING:\n    from pkg.grading import batch\n"
+    )
+    assert wing_breaks(pkg) == [
+        "pkg.words (the vocabulary) imports pkg.runner (runner)",
+        "pkg.words (the vocabulary) imports pkg.runner.box (runner)",
     ]
 
 
@@ -216,6 +287,10 @@ def test_no_import_circles(package):
 
 def test_no_function_over_60_lines_nor_class_over_200_in_the_grader():
     assert too_long(ROOT / "autograder") == []
+
+
+def test_no_function_in_the_grader_takes_more_than_6_parameters():
+    assert too_many_parameters(ROOT / "autograder") == []
 
 
 def test_benchmarks_use_only_what_the_autograder_exports():

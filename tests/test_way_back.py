@@ -23,6 +23,7 @@ from autograder.intake.samples import filled
 from autograder.outputs.feedback import write_feedback
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 from tests.fixtures.toy_course import ROOT, make_course, submit
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048, nproc=256)
@@ -133,7 +134,9 @@ def test_what_a_run_leaves_behind_earns_nothing_leaks_nothing_and_stalls_nothing
     submit(course, "zz_perfect", filled(course, "T1"))  # graded last, in a worker that ran the attacks
     expected["zz_perfect"] = 100
     started = time.monotonic()
-    results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=mode)}
+    results = {
+        r.student_id: r for r in grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=mode))
+    }
     assert time.monotonic() - started < 300  # nothing blocked the batch
     assert {sid: r.score for sid, r in results.items()} == expected
     assert not any(r.is_error for r in results.values())  # a student's text never makes a grader error
@@ -191,8 +194,9 @@ from autograder.course import Course
 from autograder.runner.isolation import resolve
 from autograder.grading.batch import grade
 from autograder.runner.sandbox import Limits
-grade(Course(root=Path(sys.argv[1])), "T1", workers=2, limits=Limits(timeout=600, cell_timeout=600),
-      isolation=resolve(sys.argv[2], sys.argv[3]))
+from autograder.settings import Settings
+grade(Course(root=Path(sys.argv[1])), "T1", Settings(workers=2, limits=Limits(timeout=600, cell_timeout=600),
+      isolation=resolve(sys.argv[2], sys.argv[3])))
 """
 
 
@@ -237,7 +241,9 @@ def test_no_process_of_a_submission_outlives_its_run(tmp_path, mode, monkeypatch
     token = TOKEN.format(time.time_ns() % 10**9)
     submit(course, "holder", with_cells(filled(course, "T1"), HOLD.format(token=token)))
     submit(course, "zz_perfect", filled(course, "T1"))
-    results = {r.student_id: r for r in grade(course, "T1", workers=1, limits=LIMITS, isolation=mode)}
+    results = {
+        r.student_id: r for r in grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=mode))
+    }
     assert results["zz_perfect"].score == 100, results["zz_perfect"].reason
     assert_none_left(token, within=10)
     if mode.namespaces and mode.mode != "bubblewrap":
@@ -309,7 +315,7 @@ def test_a1_training_points_need_a_trained_network_not_a_forged_recorder(tmp_pat
     course = warm_copy(["A1"], tmp_path)
     perfect = nbformat.read(str(ROOT / "source" / "A1" / "samples" / "perfect.ipynb"), as_version=4)
     submit(course, "forger", answered(perfect, train=STUB_TRAIN), aid="A1")
-    [result] = grade(course, "A1", workers=1, isolation=resolve("auto"))
+    [result] = grade(course, "A1", Settings(workers=1, isolation=resolve("auto")))
     cell = next(c for c in result.cells if c.grade_id == "test_train")
     assert result.score == 100 - cell.max_points + cell.points, cell  # every other part is right
     # what a network that trains nothing may still earn: the hidden step counts, each its own share; never

@@ -84,6 +84,7 @@ def graded(tmp_path_factory):
     (the model answer), bob hands in the untouched release, col's notebook lost its metadata in Colab."""
     from autograder.grading.batch import grade
     from autograder.intake.release import release
+    from autograder.settings import Settings
     from tests.fixtures.toy_course import make_course, submit
 
     root = tmp_path_factory.mktemp("written")
@@ -92,7 +93,9 @@ def graded(tmp_path_factory):
     submit(course, "ada", filled(course, "T1"))
     submit(course, "bob", untouched(course, "T1"))
     submit(course, "col", strip_nbgrader_metadata(filled(course, "T1")))
-    results = {r.student_id: r for r in grade(course, "T1", workers=2, limits=LIMITS, isolation="auto")}
+    results = {
+        r.student_id: r for r in grade(course, "T1", Settings(workers=2, limits=LIMITS, isolation="auto"))
+    }
     return course, results
 
 
@@ -185,6 +188,7 @@ def test_a_manual_score_survives_a_regrade_and_shows_in_the_export(graded, tmp_p
     from autograder.outputs.export import awaiting_manual_grading, export_canvas, write_results_csv
     from autograder.outputs.feedback import write_feedback
     from autograder.runner.isolation import resolve
+    from autograder.settings import Settings
 
     course, _ = graded
     with Gradebook(course.db_url) as gb:  # what formgrader does when an instructor grades the answer
@@ -200,12 +204,14 @@ def test_a_manual_score_survives_a_regrade_and_shows_in_the_export(graded, tmp_p
         "square(rng.normal(size=13)))", "square(rng.normal(size=13)), rtol=1e-6)"
     )
     nbformat.write(nb, str(path))
-    report = regrade(course, "T1", LIMITS, resolve("auto"), workers=2)
+    report = regrade(course, "T1", Settings(limits=LIMITS, isolation=resolve("auto"), workers=2))
     assert {c.student_id for c in report.decided_again} == {"ada", "bob", "col"}
     assert grade_row(course, "ada")[:3] == (None, 4.0, False)
     assert grade_row(course, "col")[:3] == (None, None, True)
     # and a run again of the same hand-in keeps it too
-    again = grade(course, "T1", workers=1, limits=LIMITS, students=["ada"], force=True, isolation="auto")[0]
+    again = grade(
+        course, "T1", Settings(workers=1, limits=LIMITS, isolation="auto"), students=["ada"], force=True
+    )[0]
     assert grade_row(course, "ada")[:3] == (None, 4.0, False)
     assert again.written[0].points == 4.0
 

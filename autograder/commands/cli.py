@@ -9,56 +9,23 @@ from pathlib import Path
 
 from autograder.commands import workflows
 from autograder.course import Course
-from autograder.runner.sandbox import Limits
+from autograder.settings import Limits, Settings, option
 
 
 def add_grading_options(p: argparse.ArgumentParser) -> None:
-    import os
-
+    """The options of :class:`~autograder.settings.Settings`, each with the default and help its field gives
+    (:meth:`Settings.from_args` reads them back), and ``--force``."""
     from autograder.runner.isolation import MODES, RUNNERS
 
-    default = Limits()  # the one set of defaults, shared with the Gradescope path
-    p.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 1, help="parallel submissions (default: cores)"
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=default.timeout,
-        help=f"seconds for a whole notebook (default {default.timeout:g})",
-    )
-    p.add_argument(
-        "--cell-timeout",
-        type=float,
-        default=None,
-        help="seconds for one cell (default: the course's Execute.timeout in nbgrader_config.py, else "
-        f"{default.cell_timeout:g})",
-    )
-    p.add_argument(
-        "--memory",
-        type=int,
-        default=default.memory_mb,
-        help=f"MB of memory per submission (default {default.memory_mb})",
-    )
-    p.add_argument(
-        "--isolation", choices=MODES, default="auto",
-        help="bubblewrap (refused where missing), basic (never bubblewrap; namespaces where the kernel allows), "
-        "auto (basic with namespaces where they can be made, else bubblewrap, else basic; default)",
-    )  # fmt: skip
-    p.add_argument(
-        "--runner", choices=RUNNERS, default="auto",
-        help="fork: kernels forked from a warm parent per worker (fast; the default except with bubblewrap); "
-        "spawn: a fresh interpreter per submission",
-    )  # fmt: skip
-    p.add_argument(
-        "--scheduler", help="address of a Dask scheduler to run the jobs on (default: this machine)"
-    )
+    p.add_argument("--workers", type=int, **option(Settings, "workers"))
+    p.add_argument("--timeout", type=float, **option(Limits, "timeout"))
+    p.add_argument("--cell-timeout", type=float, **option(Limits, "cell_timeout"))
+    p.add_argument("--memory", type=int, **option(Limits, "memory_mb"))
+    p.add_argument("--isolation", choices=MODES, **option(Settings, "isolation"))
+    p.add_argument("--runner", choices=RUNNERS, **option(Settings, "runner"))
+    p.add_argument("--scheduler", **option(Settings, "scheduler"))
     p.add_argument("--force", action="store_true", help="grade again even if already graded")
-    p.add_argument(
-        "--strict-canary", action="store_true",
-        help="refuse to grade when the untouched release earns any point (always so where every test is "
-        "checked outside the kernel, as in this course; else such tests are listed and grading goes on)",
-    )  # fmt: skip
+    p.add_argument("--strict-canary", action="store_true", **option(Settings, "strict"))
 
 
 def cmd_release(args) -> int:

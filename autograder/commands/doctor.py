@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from autograder.commands.workflows import isolation_from, limits_from
+from autograder.commands.workflows import settings_from
 from autograder.course import Course
 from autograder.grading.canary import probe_isolation, prove
 from autograder.grading.reference import environment
@@ -32,11 +32,10 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
     )
     if not path:
         print(f"  to get the full sandbox: {INSTALL_BUBBLEWRAP}")
-    limits = limits_from(args, course)
     try:
-        isolation = isolation_from(args)
-        print(f"--isolation {args.isolation}: {isolation.describe()}")
-        report = probe_isolation(course, limits, isolation)
+        settings = settings_from(args, course)
+        print(f"--isolation {args.isolation}: {settings.isolation.describe()}")
+        report = probe_isolation(course, settings.limits, settings.isolation)
         print(
             f"probe: Python starts in the sandbox as uid {report['uid']}; network interfaces "
             f"{report['interfaces']}; private folders it can read: {report['visible'] or 'none'}"
@@ -53,10 +52,7 @@ def doctor(course: Course, args, aids: list[str] | None = None) -> int:
             _, record = prove(
                 course,
                 aid,
-                limits,
-                isolation,
-                args.workers,
-                getattr(args, "strict_canary", False),
+                settings,
                 say=lambda line: print(f"  {line}", flush=True),  # the proof's progress
             )
             scores = record.get("scores", {})

@@ -140,6 +140,7 @@ def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_pa
     Gradescope's results.json."""
     from autograder.grading.batch import grade
     from autograder.intake.release import release
+    from autograder.settings import Settings
 
     notebooks, skipped = uploaded_notebooks(Path(submission_dir))
     names = course.notebooks(aid)
@@ -165,7 +166,7 @@ def run_on_gradescope(course: Course, aid: str, submission_dir: Path, results_pa
             target = folder / f"{nb}.ipynb"
             target.unlink(missing_ok=True)
             target.write_bytes(data)  # the bytes read, never what a link points to
-        result = grade(course, aid, workers=1, students=["student"], force=True)[0]
+        result = grade(course, aid, Settings(workers=1), students=["student"], force=True)[0]
         if missing:
             result.notes.append(f"not uploaded: {', '.join(missing)} (graded as not handed in)")
         if result.is_error:  # no results.json: Gradescope shows the run failed, not a zero

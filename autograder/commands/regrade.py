@@ -42,8 +42,8 @@ from autograder.grading.pipeline import (
 from autograder.grading.record import Recorder, load_results, save_result
 from autograder.intake.handin import submission_digest
 from autograder.result import Result
-from autograder.runner.isolation import Isolation
-from autograder.runner.sandbox import Limits
+from autograder.runner.isolation import resolved
+from autograder.settings import Settings
 
 REDECIDE = ("verify", "status")  # the stages that decide points from a kept capture
 
@@ -161,17 +161,10 @@ def keep_history(course: Course, old: Result) -> None:
     write_json_atomic(folder / f"{old.student_id}.{stamp}.{os.getpid()}.json", old.to_dict())
 
 
-def regrade(
-    course: Course,
-    aid: str,
-    limits: Limits,
-    isolation: Isolation,
-    workers: int,
-    on_change=None,
-    strict: bool = False,
-    say=None,
-) -> Regrade:
-    """Rebuild the reference and prove it (the canary), then decide every stored result of ``aid`` again."""
+def regrade(course: Course, aid: str, settings: Settings | None = None, on_change=None, say=None) -> Regrade:
+    """Rebuild the reference and prove it (the canary), then decide every stored result of ``aid`` again, as
+    ``settings`` say (the default where None). ``on_change`` gets each :class:`Change` as it is recorded,
+    ``say`` the proof's progress."""
     from autograder.grading.canary import prove
     from autograder.outputs.feedback import write_feedback
 
@@ -181,10 +174,11 @@ def regrade(
     if not olds:
         raise RuntimeError(f"nothing to regrade: no graded submissions of {aid} (run `grade {aid}` first)")
     # nothing runs where every submission is decided again: the probe only where something runs
-    reference, record = prove(course, aid, limits, isolation, workers, strict, say, probe="if anything runs")
+    settings = resolved(settings or Settings())
+    reference, record = prove(course, aid, settings, say, probe="if anything runs")
     report.reference_seconds = time.monotonic() - started
     report.proof = f"reference {reference.how}, canary {record.get('how', 'found passed in the cache')}"
-    batch = make_batch(course, aid, reference, limits, isolation)
+    batch = make_batch(course, aid, reference, settings)
     inputs = batch.inputs
     present = course.handed_in(aid)
     again: dict[str, str] = {}
@@ -208,8 +202,7 @@ def regrade(
     if again:
         for old in (olds[sid] for sid in again):
             keep_history(course, old)
-        for new in grade(course, aid, workers=workers, limits=limits, students=sorted(again), force=True,
-                         isolation=isolation, strict=strict):  # fmt: skip
+        for new in grade(course, aid, settings, students=sorted(again), force=True):
             change = Change(new.student_id, olds[new.student_id], new, f"run again: {again[new.student_id]}")
             report.changes.append(change)
             if on_change:

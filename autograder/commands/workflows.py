@@ -11,7 +11,6 @@ and what they print: one progress line per submission, a grade table, the grader
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -21,38 +20,13 @@ from pathlib import Path
 
 from autograder.course import Course
 from autograder.result import Result, shorten
-from autograder.runner.isolation import Isolation, resolve
-from autograder.runner.sandbox import Limits
+from autograder.runner.isolation import resolved
+from autograder.settings import Settings
 
 
-def cell_timeout(course: Course | None, asked: float | None) -> float:
-    """The per-cell limit: asked on the command line, else the course's ``Execute.timeout`` (what nbgrader's
-    autograde uses), else :class:`Limits`' default."""
-    if asked is not None:
-        return asked
-    configured = None
-    if course is not None:
-        config = course.config
-        configured = config.Execute.get("timeout", config.ExecutePreprocessor.get("timeout"))
-    return (
-        float(configured) if isinstance(configured, int | float) and configured > 0 else Limits().cell_timeout
-    )
-
-
-def limits_from(args, course: Course | None = None) -> Limits:
-    """The limits the command line asked for; BLAS/torch threads split the cores over the workers."""
-    cores = os.cpu_count() or 1
-    course = course or getattr(args, "course", None)
-    return Limits(
-        timeout=args.timeout,
-        cell_timeout=min(cell_timeout(course, getattr(args, "cell_timeout", None)), args.timeout),
-        memory_mb=args.memory,
-        threads=max(1, cores // max(1, args.workers)),
-    )
-
-
-def isolation_from(args) -> Isolation:
-    return resolve(args.isolation, getattr(args, "runner", "auto"))
+def settings_from(args, course: Course | None = None) -> Settings:
+    """The settings the command line asked for (:meth:`Settings.from_args`), the isolation resolved."""
+    return resolved(Settings.from_args(args, course))
 
 
 def status_line(result: Result) -> str:
@@ -108,22 +82,22 @@ def grade_with_progress(course: Course, aid: str, args, students: list[str] | No
     """``grade``: every submission of ``aid`` not graded yet, with a progress bar and a line per result."""
     from tqdm import tqdm
 
-    from autograder.grading.batch import grade
+    from autograder.grading.batch import Listeners, grade
     from autograder.intake.handin import submissions
 
     total = len(submissions(course, aid, students))
-    isolation = isolation_from(args)
-    print(f"isolation: {isolation.describe()}")
+    settings = settings_from(args, course)
+    print(f"isolation: {settings.isolation.describe()}")
     with tqdm(total=total, desc=f"grading {aid}", unit="nb", file=sys.stderr, disable=None) as bar:
 
         def show(result: Result) -> None:
             bar.write(status_line(result))
             bar.update(1)
 
-        rows = grade(course, aid, workers=args.workers, limits=limits_from(args, course), students=students,
-                     force=args.force, scheduler=args.scheduler, isolation=isolation, on_result=show,
-                     strict=getattr(args, "strict_canary", False), on_notice=lambda t: bar.write(f"note: {t}"),
-                     on_progress=bar.write)  # fmt: skip
+        listeners = Listeners(
+            on_result=show, on_notice=lambda t: bar.write(f"note: {t}"), on_progress=bar.write
+        )
+        rows = grade(course, aid, settings, students=students, force=args.force, listeners=listeners)
         bar.update(total - bar.n)
     skipped = total - len(rows)
     if skipped:
@@ -135,17 +109,14 @@ def regrade_with_report(course: Course, aid: str, args) -> int:
     """``regrade``: decide every stored submission again after a source edit; one line per student."""
     from autograder.commands.regrade import regrade
 
-    isolation = isolation_from(args)
-    print(f"isolation: {isolation.describe()}")
+    settings = settings_from(args, course)
+    print(f"isolation: {settings.isolation.describe()}")
     print(f"{'student':<20} {'old':>11}    {'new':<11} how [test cells whose points changed]")
     report = regrade(
         course,
         aid,
-        limits_from(args, course),
-        isolation,
-        args.workers,
+        settings,
         on_change=lambda c: print(c.line()),
-        strict=getattr(args, "strict_canary", False),
         say=lambda line: print(line, flush=True),  # the proof's progress
     )
     for sid, why in sorted(report.skipped.items()):
@@ -205,7 +176,7 @@ def demo(course: Course, out: Path, args) -> int:
     print(
         f"released {len(released)} assignments into assignments/: {', '.join(p.parent.name for p in released)}"
     )
-    print(f"isolation: {isolation_from(args).describe()}\n")
+    print(f"isolation: {settings_from(args, course).isolation.describe()}\n")
     graded: list[Result] = []
     refused = []
     for aid in course.assignments():

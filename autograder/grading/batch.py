@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from autograder.course import Course
 from autograder.grading.canary import CanaryBeside, CanaryFailed, Proof, begin_proof, conclude, run_canary
@@ -25,35 +26,41 @@ from autograder.grading.record import Recorder, load_result, save_result
 from autograder.intake.handin import frameworks_used, submission_digest, submissions
 from autograder.progress import Heartbeat
 from autograder.result import Result
-from autograder.runner.isolation import Isolation, resolve
+from autograder.runner.isolation import resolved
 from autograder.runner.launchers import prestart
-from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
 
-__all__ = ["grade"]
+__all__ = ["Listeners", "grade"]
+
+
+@dataclass(frozen=True)
+class Listeners:
+    """Who hears of a batch as it goes: ``on_result`` gets each result as it is recorded, ``on_notice`` each
+    of the proof's warnings (else they go to stderr), ``on_progress`` a line as each step starts and a
+    heartbeat between."""
+
+    on_result: Callable[[Result], None] | None = None
+    on_notice: Callable[[str], None] | None = None
+    on_progress: Callable[[str], None] | None = None
 
 
 def grade(
     course: Course,
     aid: str,
-    workers: int = 2,
-    limits: Limits | None = None,
+    settings: Settings | None = None,
     students: list[str] | None = None,
     force: bool = False,
-    scheduler: str | None = None,
-    isolation: str | Isolation = "auto",
-    on_result: Callable[[Result], None] | None = None,
-    strict: bool = False,
-    on_notice: Callable[[str], None] | None = None,
-    on_progress: Callable[[str], None] | None = None,
+    listeners: Listeners | None = None,
 ) -> list[Result]:
-    """Grade every submission of ``aid`` that has no current result; return all results of this run.
+    """Grade every submission of ``aid`` that has no current result, as ``settings`` say (the default
+    :class:`~autograder.settings.Settings` where None); return all results of this run.
 
     Raises (and records nothing) when the grader cannot prove itself first: the isolation does not work,
     the reference cannot be built, or the canary (:mod:`autograder.grading.canary`) fails. The canary runs first on
     the students' own workers; a student's result that comes before it passed is held, and recorded after.
     """
-    limits = limits or Limits()
-    isolation = resolve(isolation) if isinstance(isolation, str) else isolation
+    settings = resolved(settings or Settings())
+    listeners = listeners or Listeners()
     found = submissions(course, aid, students)
     with Recorder(course.db_url) as recorder:
         if not recorder.knows(aid):
@@ -63,45 +70,49 @@ def grade(
     # every hand-in already graded against the reference on disk: the proof probes the sandbox only if
     # something (the reference, the canary) has to run, and no warm parent starts
     nothing_to_run = not force and _all_current(course, aid, found)
-    if isolation.runner == "fork" and not nothing_to_run:  # warm parents start now, beside the probe
-        prestart(frameworks_used(course, aid), workers)
+    if settings.isolation.runner == "fork" and not nothing_to_run:  # warm parents start now, beside the probe
+        prestart(frameworks_used(course, aid), settings.workers)
     probe = "if anything runs" if nothing_to_run else "always"
-    proof = begin_proof(course, aid, limits, isolation, workers, strict, say=on_progress, probe=probe)
-    batch = make_batch(course, aid, proof.reference, limits, isolation)
+    proof = begin_proof(course, aid, settings, say=listeners.on_progress, probe=probe)
+    batch = make_batch(course, aid, proof.reference, settings)
     jobs = [Job(sid) for sid, folder in found.items() if force or not _is_current(batch, sid, folder)]
     canary = None
-    if proof.record is None and scheduler:  # the canary is graded here, before the cluster gets a job
+    if (
+        proof.record is None and settings.scheduler
+    ):  # the canary is graded here, before the cluster gets a job
         started = time.monotonic()
-        conclude(proof, run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep, on_progress),
+        conclude(proof, run_canary(course, aid, proof.reference, settings, proof.keep, listeners.on_progress),
                  "ran", time.monotonic() - started)  # fmt: skip
     elif proof.record is None:
-        canary = CanaryBeside(proof, on_progress)
+        canary = CanaryBeside(proof, listeners.on_progress)
         jobs = [*canary.jobs, *jobs]
     if proof.record is not None:
-        _proved(proof, on_notice, on_progress)
+        _proved(proof, listeners)
     results: list[Result] = []
     try:
-        _grade_jobs(batch, jobs, workers, scheduler, canary, results, (on_result, on_notice, on_progress))
+        _grade_jobs(batch, jobs, settings, canary, results, listeners)
     finally:
         if canary is not None:
             canary.cleanup()
     return results
 
 
-def _proved(proof: Proof, on_notice, on_progress) -> None:
+def _proved(proof: Proof, listeners: Listeners) -> None:
     for line in proof.record.get("warnings", []):
-        (on_notice or (lambda text: print(f"note: {proof.aid}: {text}", file=sys.stderr)))(line)
-    if on_progress:
-        on_progress(f"{proof.aid}: the grader proved itself in {proof.seconds:.1f} s; grading the students")
+        (listeners.on_notice or (lambda text: print(f"note: {proof.aid}: {text}", file=sys.stderr)))(line)
+    if listeners.on_progress:
+        listeners.on_progress(
+            f"{proof.aid}: the grader proved itself in {proof.seconds:.1f} s; grading the students"
+        )
 
 
-def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, results, calls) -> None:
-    """Grade ``jobs`` (the canary's first, when it runs beside them) and record each student's result in
-    this thread as it arrives, once the proof has passed; when the canary fails, no job starts any more,
-    nothing of the batch is kept, and :class:`~autograder.grading.canary.CanaryFailed` is raised."""
-    on_result, on_notice, on_progress = calls
+def _grade_jobs(batch: Batch, jobs: list[Job], settings: Settings, canary, results, listeners) -> None:
+    """Grade ``jobs`` (the canary's first, when it runs beside them) on ``settings``' workers or scheduler and
+    record each student's result in this thread as it arrives (``listeners``: :class:`Listeners`), once the
+    proof has passed; when the canary fails, no job starts any more, nothing of the batch is kept, and
+    :class:`~autograder.grading.canary.CanaryFailed` is raised."""
     # a line every HEARTBEAT_SECONDS from the proof on (a notebook can take half a minute); a result restarts it
-    beat = Heartbeat(on_progress, f"{batch.aid}: grading the students")
+    beat = Heartbeat(listeners.on_progress, f"{batch.aid}: grading the students")
     if canary is None or canary.proof.record is not None:
         beat.start()
     held: list[Result] = []
@@ -118,8 +129,8 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
             save_result(batch.course, result)
             results.append(result)
             beat.touch()
-            if on_result:
-                on_result(result)
+            if listeners.on_result:
+                listeners.on_result(result)
 
         def finish(result: Result) -> None:
             if canary is not None and canary.owns(result):
@@ -130,7 +141,7 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
                     stop.set()
                     return
                 if canary.proof.record is not None:
-                    _proved(canary.proof, on_notice, on_progress)
+                    _proved(canary.proof, listeners)
                     beat.start()
                     for waiting in held:
                         record(waiting)
@@ -141,10 +152,10 @@ def _grade_jobs(batch: Batch, jobs: list[Job], workers: int, scheduler, canary, 
                 record(result)
 
         try:
-            if scheduler:
-                _grade_on_dask(scheduler, batch, jobs, finish)
+            if settings.scheduler:
+                _grade_on_dask(settings.scheduler, batch, jobs, finish)
             else:
-                run_jobs(batch, jobs, workers, finish, stop)
+                run_jobs(batch, jobs, settings.workers, finish, stop)
         finally:
             beat.stop()
     if failed:

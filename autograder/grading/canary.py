@@ -9,6 +9,7 @@
    source) and the untouched release through the students' path: same sandbox, limits, workers, thread
    settings and reference. The solutions must get full marks, unflagged, and the release 0. A batch runs
    the canary first on its own workers, with the students queued behind it (:class:`CanaryBeside`).
+   Each step grades as the batch's :class:`~autograder.settings.Settings` say (limits, isolation, workers).
 
 Unless all three hold, nothing is recorded (no student starts before the reference is built, and none
 after the canary failed): :class:`CanaryFailed` (or ``IsolationError``, or ``ReferenceError``) says in a
@@ -24,7 +25,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import nbformat
@@ -37,8 +38,9 @@ from autograder.intake.handin import frameworks_used
 from autograder.intake.samples import filled, untouched
 from autograder.progress import Heartbeat
 from autograder.result import STOPPED, Result
-from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError
-from autograder.runner.sandbox import Limits, Sandbox
+from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError, resolved
+from autograder.runner.sandbox import Sandbox
+from autograder.settings import Limits, Settings
 
 _PROBED: dict[tuple, dict] = {}
 
@@ -93,10 +95,13 @@ def probe_isolation(
     return report
 
 
-def canary_key(
-    reference: Reference, limits: Limits, isolation: Isolation, workers: int, strict: bool = True
-) -> str:
-    text = json.dumps([reference.digest, asdict(limits), asdict(isolation), workers, strict], sort_keys=True)
+def canary_key(reference: Reference, settings: Settings) -> str:
+    """What a passed canary is cached by: the reference, and the limits, isolation (resolved), workers and
+    strictness it was run with."""
+    s = settings
+    text = json.dumps(
+        [reference.digest, asdict(s.limits), asdict(s.isolation), s.workers, s.strict], sort_keys=True
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -111,15 +116,14 @@ def cached_canary(course: Course, aid: str, key: str) -> dict | None:
         return None
 
 
-def canary_runs(
-    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int
-) -> Path:
+def canary_runs(course: Course, aid: str, reference: Reference, settings: Settings) -> Path:
     """Where the canary's runs are kept: one folder per (what the reference's values depend on, the release's
     notebooks, limits, isolation, workers), so an edit of decisions only is decided again from them on this
     very machine."""
     releases = [sha256_regular(course.release_notebook(aid, nb)) for nb in course.notebooks(aid)]
+    s = settings
     text = json.dumps(
-        [reference.run_key, releases, asdict(limits), asdict(isolation), workers], sort_keys=True
+        [reference.run_key, releases, asdict(s.limits), asdict(s.isolation), s.workers], sort_keys=True
     )
     return course.cache / "canary-runs" / f"{aid}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
@@ -154,13 +158,13 @@ def canary_folder(course: Course, aid: str) -> Path:
 
 
 def run_canary(
-    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, workers: int,
-    keep: Path | None = None, say=None,
-):  # fmt: skip
-    """Grade the solutions and the untouched release through the students' path: ``{name: result}``; their
-    runs are kept under ``keep`` when given. ``say`` gets a line as each is graded, and a heartbeat between."""
+    course: Course, aid: str, reference: Reference, settings: Settings, keep: Path | None = None, say=None
+):
+    """Grade the solutions and the untouched release through the students' path (``settings`` resolved):
+    ``{name: result}``; their runs are kept under ``keep`` when given. ``say`` gets a line as each is graded,
+    and a heartbeat between."""
     folder = canary_folder(course, aid)
-    batch = make_batch(course, aid, reference, limits, isolation)
+    batch = make_batch(course, aid, reference, settings)
     results: dict[str, Result] = {}
 
     def arrive(result: Result) -> None:
@@ -170,7 +174,7 @@ def run_canary(
     try:
         jobs = canary_jobs(course, aid, reference, folder, keep)
         with Heartbeat(say, f"{aid}: canary") as beat:
-            run_jobs(batch, jobs, workers, arrive)
+            run_jobs(batch, jobs, settings.workers, arrive)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results
@@ -183,12 +187,12 @@ def canary_line(aid: str, result: Result, count: int) -> str:
 
 
 def redecide_canary(
-    course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation, keep: Path
+    course: Course, aid: str, reference: Reference, settings: Settings, keep: Path
 ) -> dict[str, Result] | None:
     """The canary's two results decided again from its kept runs (no run), or None where they were not kept."""
     if not reference.run_key or not keep.is_dir():
         return None
-    batch = make_batch(course, aid, reference, limits, isolation)
+    batch = make_batch(course, aid, reference, settings)
     results = {name: decide_kept(batch, Job(canary_sid(name), keep=str(keep / name))) for name in CANARY}
     return None if None in results.values() else results
 
@@ -263,15 +267,13 @@ def is_strict(reference: Reference, asked: bool) -> bool:
 @dataclass
 class Proof:
     """A proof under way (:func:`begin_proof`): the isolation probed and the reference built; ``record`` is
-    the canary's record once it passed, None while its two runs are still to come (:func:`conclude`)."""
+    the canary's record once it passed, None while its two runs are still to come (:func:`conclude`).
+    ``settings``: resolved, and ``strict`` as the rule decided it (:func:`is_strict`)."""
 
     course: Course
     aid: str
     reference: Reference
-    limits: Limits
-    isolation: Isolation
-    workers: int
-    strict: bool
+    settings: Settings
     key: str
     keep: Path
     begun: float
@@ -283,10 +285,9 @@ class Proof:
 
 
 def begin_proof(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, workers: int, strict: bool = False, say=None,
-    probe: str = "always",
-) -> Proof:  # fmt: skip
-    """Probe the isolation and build the reference; take the canary's passed record from the cache, or
+    course: Course, aid: str, settings: Settings | None = None, say=None, probe: str = "always"
+) -> Proof:
+    """Probe the isolation and build the reference (as ``settings`` say, the default where None); take the canary's passed record from the cache, or
     decide the canary again from its kept runs where only decisions changed and it passes. Otherwise the
     proof's ``record`` stays None: its canary jobs must run (:func:`run_canary`, or beside the students'
     runs, none of them recorded before :func:`conclude` passed).
@@ -297,19 +298,20 @@ def begin_proof(
     proves again with the probe (:func:`autograder.grading.batch.grade` does)."""
     say = say or (lambda _line: None)
     begun = time.monotonic()
-    reference = _the_reference(course, aid, limits, isolation, probe, say)
-    strict = is_strict(reference, strict)
-    key = canary_key(reference, limits, isolation, workers, strict)
-    keep = canary_runs(course, aid, reference, limits, isolation, workers)
-    proof = Proof(course, aid, reference, limits, isolation, workers, strict, key, keep, begun)
+    settings = resolved(settings or Settings())
+    reference = _the_reference(course, aid, settings, probe, say)
+    settings = replace(settings, strict=is_strict(reference, settings.strict))
+    key = canary_key(reference, settings)
+    keep = canary_runs(course, aid, reference, settings)
+    proof = Proof(course, aid, reference, settings, key, keep, begun)
     cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
         proof.record = cached
         return proof
     started = time.monotonic()
-    results = redecide_canary(course, aid, reference, limits, isolation, keep)
+    results = redecide_canary(course, aid, reference, settings, keep)
     if results is not None and not canary_problems(
-        results, limits, strict
+        results, settings.limits, settings.strict
     ):  # a failure is seen in a real run
         say(
             f"{aid}: proving the grader: the canary's kept runs decided again (only tolerances or points changed)"
@@ -318,14 +320,12 @@ def begin_proof(
     else:
         if probe != "always" and reference.how != "built":  # the canary's runs are next: probed first
             say(f"{aid}: proving the grader: probing the sandbox")
-            _probe_or_discard(course, aid, limits, isolation, None)
+            _probe_or_discard(course, aid, settings, None)
         say(f"{aid}: proving the grader: grading the solutions and the untouched release (the canary)")
     return proof
 
 
-def _the_reference(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, probe: str, say
-) -> Reference:
+def _the_reference(course: Course, aid: str, settings: Settings, probe: str, say) -> Reference:
     """The reference up to date, beside the probe, or (``probe`` not "always") probed only if it had to run."""
     from autograder.grading.reference import STAMP_FILE, source_digest
 
@@ -338,29 +338,25 @@ def _the_reference(
         )
     with Heartbeat(say, f"{aid}: reference") as beat:  # a line at least every HEARTBEAT_SECONDS
         if probe == "always":
-            return _reference_beside_the_probe(course, aid, limits, isolation, beat)
-        reference = build_reference(course, aid, limits=limits, isolation=isolation, say=beat)
+            return _reference_beside_the_probe(course, aid, settings, beat)
+        reference = build_reference(course, aid, settings, say=beat)
     if reference.how == "built":  # it ran: as if beside the probe, kept only if the probe passes
         say(f"{aid}: proving the grader: probing the sandbox")
-        _probe_or_discard(course, aid, limits, isolation, reference)
+        _probe_or_discard(course, aid, settings, reference)
     return reference
 
 
-def _probe_or_discard(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, built: Reference | None
-) -> None:
+def _probe_or_discard(course: Course, aid: str, settings: Settings, built: Reference | None) -> None:
     """Probe the isolation; where it fails, remove the reference ``built`` in it (if any) and raise."""
     try:
-        probe_isolation(course, limits, isolation, frameworks_used(course, aid))
+        probe_isolation(course, settings.limits, settings.isolation, frameworks_used(course, aid))
     except BaseException:
         if built is not None:
             shutil.rmtree(built.directory, ignore_errors=True)
         raise
 
 
-def _reference_beside_the_probe(
-    course: Course, aid: str, limits: Limits, isolation: Isolation, say=None
-) -> Reference:
+def _reference_beside_the_probe(course: Course, aid: str, settings: Settings, say=None) -> Reference:
     """Probe the isolation and build the reference at once: the reference runs the instructor's own source, so
     it need not wait for the probe, which guards the students' code (0.3 s of a first class). A probe that
     fails refuses everything all the same, and a reference built beside it is not kept: it was made in a
@@ -369,14 +365,14 @@ def _reference_beside_the_probe(
 
     def probe() -> None:
         try:
-            probe_isolation(course, limits, isolation, frameworks_used(course, aid))
+            probe_isolation(course, settings.limits, settings.isolation, frameworks_used(course, aid))
         except BaseException as err:  # noqa: BLE001 (raised again below, in the caller's thread)
             failed.append(err)
 
     prober = threading.Thread(target=probe, name="probe", daemon=True)
     prober.start()
     try:
-        reference = build_reference(course, aid, limits=limits, isolation=isolation, say=say)
+        reference = build_reference(course, aid, settings, say=say)
     except BaseException:
         prober.join()
         if failed:  # the isolation's failure first: it is what the instructor must fix
@@ -393,19 +389,19 @@ def _reference_beside_the_probe(
 def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float) -> dict:
     """Decide the canary from its two results, keep its record (and its runs only if it passed); raise
     :class:`CanaryFailed` when it did not pass."""
-    problems = canary_problems(results, proof.limits, proof.strict)
+    problems = canary_problems(results, proof.settings.limits, proof.settings.strict)
     if problems:  # only a canary that passed is kept to be decided again
         shutil.rmtree(proof.keep, ignore_errors=True)
     record = {
         "warnings": source_errors(proof.reference)
         + code_flag_warnings(results)
-        + ([] if proof.strict else release_warnings(results)),
+        + ([] if proof.settings.strict else release_warnings(results)),
         "key": proof.key,
         "passed": not problems,
         "problems": problems,
         "seconds": round(seconds, 1),
         "how": how,
-        "isolation": proof.isolation.describe(),
+        "isolation": proof.settings.isolation.describe(),
         "scores": {name: f"{r.score:g}/{r.max_score:g} {r.status}" for name, r in results.items()},
     }
     write_json_atomic(canary_path(proof.course, proof.aid, proof.key), record)
@@ -419,24 +415,18 @@ def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float)
 
 
 def prove(
-    course: Course,
-    aid: str,
-    limits: Limits,
-    isolation: Isolation,
-    workers: int,
-    strict: bool = False,
-    say=None,
-    probe: str = "always",
+    course: Course, aid: str, settings: Settings | None = None, say=None, probe: str = "always"
 ) -> tuple[Reference, dict]:
-    """Probe, build the reference, run the canary (or find it passed in the cache); return the reference
+    """Probe, build the reference, run the canary (or find it passed in the cache), as ``settings`` say (the
+    default where None); return the reference
     and the canary's record (with ``proof_seconds``, what this proof took). The source's solutions must earn
     full marks; the untouched release 0 where the rule is strict (:func:`is_strict`), else what it earns is
     listed in the record's ``warnings``. ``say`` gets a line as each step starts; ``probe`` as in
     :func:`begin_proof`."""
-    proof = begin_proof(course, aid, limits, isolation, workers, strict, say, probe)
+    proof = begin_proof(course, aid, settings, say, probe)
     if proof.record is None:
         started = time.monotonic()
-        results = run_canary(course, aid, proof.reference, limits, isolation, workers, proof.keep, say)
+        results = run_canary(course, aid, proof.reference, proof.settings, proof.keep, say)
         conclude(proof, results, "ran", time.monotonic() - started)
     return proof.reference, {**proof.record, "proof_seconds": proof.seconds}
 

@@ -52,7 +52,8 @@ from autograder.runner.caps import over_cpu
 from autograder.runner.interface import SandboxFactory, SandboxRun
 from autograder.runner.isolation import Isolation
 from autograder.runner.protocol import CAPTURE_NAME
-from autograder.runner.sandbox import Limits, Outcome, Sandbox
+from autograder.runner.sandbox import Outcome, Sandbox
+from autograder.settings import Limits, Settings
 
 __all__ = ["STAGES", "Batch", "Job", "grade_one", "make_batch", "run_jobs", "stages"]
 
@@ -83,13 +84,14 @@ class Batch:
         return self.sandboxes(self.limits, slot, self.warm, self.isolation, self.private)
 
 
-def make_batch(course: Course, aid: str, reference: Reference, limits: Limits, isolation: Isolation) -> Batch:
-    """The shared part of grading ``aid``: every notebook's source and release read and parsed here, once."""
+def make_batch(course: Course, aid: str, reference: Reference, settings: Settings) -> Batch:
+    """The shared part of grading ``aid`` as ``settings`` say (their isolation resolved): every notebook's
+    source and release read and parsed here, once."""
     names = list(reference.notebooks)
     templates = {nb: Template.read(course, aid, nb or None) for nb in names}
     reference = replace(reference, heldout_seed=course_seed(course))
     return Batch(
-        course, aid, reference, limits, isolation,
+        course, aid, reference, settings.limits, settings.isolation,
         warm=frameworks_used(course, aid),
         private=tuple(course.private_folders()),
         templates=templates,

@@ -26,6 +26,7 @@ import platform
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -50,6 +51,7 @@ from autograder.grading.measure import (
     spec_of,
 )
 from autograder.intake.handin import assignment_files, frameworks_used
+from autograder.settings import Settings
 from dlcourse.closeness import ATOL, RTOL
 from dlcourse.grading import CASES_FILE as CASES_INDEX
 from dlcourse.grading import Case, compare, load_cases
@@ -390,10 +392,11 @@ def mark_test_cells(nb: nbformat.NotebookNode) -> dict[str, dict]:
 
 
 def build_reference(
-    course: Course, aid: str, force: bool = False, limits=None, isolation=None, say=None
+    course: Course, aid: str, settings: Settings | None = None, force: bool = False, say=None
 ) -> Reference:
-    """Return the reference of ``aid``, running the source only if it (or the machine) changed; ``say`` gets a
-    line as each of its runs ends (:func:`_build`).
+    """Return the reference of ``aid``, running the source only if it (or the machine) changed, in the
+    sandbox ``settings`` say (their limits and isolation; the default where None); ``say`` gets a line as each
+    of its runs ends (:func:`_build`).
 
     Several graders (or test workers) may ask at once: a lock file makes one of them build it and the
     others wait and reuse it.
@@ -411,37 +414,36 @@ def build_reference(
             redecided = redecide(course, aid, target, digest, key)
             if redecided is not None:
                 return replace(redecided, how="decided again from its kept runs")
-        return replace(_build(course, aid, target, digest, key, limits, isolation, say), how="built")
+        return replace(_build(course, aid, digest, key, settings, say), how="built")
 
 
-def _run_source(course: Course, aid: str, nb, limits, isolation, threads: int, files: Path):
-    """One sandboxed run of a marked source notebook with ``threads`` BLAS threads: the child's Outcome."""
+def _run_source(course: Course, aid: str, settings: Settings, nb, threads: int, files: Path):
+    """One sandboxed run of a marked source notebook with ``threads`` BLAS threads (``settings`` resolved):
+    the sandbox and the child's Outcome."""
     from autograder.runner.sandbox import Sandbox
 
     sandbox = Sandbox(
-        replace(limits, threads=threads),
+        replace(settings.limits, threads=threads),
         warm=frameworks_used(course, aid),
-        isolation=isolation,
+        isolation=settings.isolation,
         private=course.private_folders(),
     )
     sandbox.start()
     return sandbox, sandbox.run(nb, files=files)
 
 
-def _build(
-    course: Course, aid: str, target: Path, digest: str, key: str, limits, isolation, say=None
-) -> Reference:
+def _build(course: Course, aid: str, digest: str, key: str, settings: Settings | None, say=None) -> Reference:
     """Run every notebook of the source at every thread count of :data:`CALIBRATION_THREADS` at once, and
-    keep what the solutions recorded. A graded test cell with checks is decided outside the kernel from its
-    cases; one without (plain ``assert``s, as nbgrader courses write them) is decided as nbgrader decides it,
-    from how the cell ran in the kernel, and is marked so."""
+    keep what the solutions recorded in the course's reference folder (``digest`` and ``key`` its stamps). A
+    graded test cell with checks is decided outside the kernel from its cases; one without (plain ``assert``s,
+    as nbgrader courses write them) is decided as nbgrader decides it, from how the cell ran in the kernel,
+    and is marked so."""
     import tempfile
 
-    from autograder.runner.isolation import resolve
-    from autograder.runner.sandbox import Limits
+    from autograder.runner.isolation import resolved
 
-    limits = limits or Limits()
-    isolation = isolation or resolve("auto")
+    settings = resolved(settings or Settings())
+    limits, target = settings.limits, course.reference_dir / aid
     sources = {name: course.read_source(aid, name) for name in course.notebooks(aid)}
     cells, notebooks, written = _graded_cells(aid, sources)
     runs: dict[tuple[str, int], tuple] = {}
@@ -454,19 +456,21 @@ def _build(
         _run_all(
             wanted,
             runs,
-            lambda name, n: _run_source(course, aid, sources[name], limits, isolation, n, files),
+            lambda name, n: _run_source(course, aid, settings, sources[name], n, files),
             say and (lambda line: say(f"{aid}: reference: {line}")),
         )
-        source_errors: list[str] = []
-        captured = _captured(aid, runs, notebooks, limits, counts, sources, source_errors)
+        captured, source_errors = _captured(aid, runs, notebooks, limits, counts, sources)
         hidden = hidden_case_names(sources.values())
         for found, _ in captured.values():  # a check given an expected value inside hidden tests stays hidden
             found.update({n: replace(c, public=False) for n, c in found.items() if n in hidden and c.public})
         cases, values = captured[1]
-        measured = measure_cells(
-            aid, cells, sources, lambda nb: _run_source(course, aid, nb, limits, isolation, 1, files), extra,
-            course_seed(course), limits.timeout, say,
-        )  # fmt: skip
+        measuring = Measuring(
+            lambda nb: _run_source(course, aid, settings, nb, 1, files),
+            extra,
+            course_seed(course),
+            limits.timeout,
+        )
+        measured = measure_cells(aid, cells, sources, measuring, say)
         _decide_cells(cells, cases, values)
         calibration = _calibrated(aid, cases, captured, counts)
         staged = Path(tempfile.mkdtemp(prefix=f"{aid}-reference-", dir=target.parent))
@@ -501,15 +505,27 @@ def _calibrated(aid: str, cases: dict, captured: dict, counts: list[int]) -> dic
     return calibration
 
 
+@dataclass(frozen=True)
+class Measuring:
+    """How :func:`measure_cells` runs the measured cells: ``run_one(notebook)`` starts a sandbox and runs the
+    notebook in it (``(sandbox, outcome)``); each sandbox joins ``sandboxes``, to be cleaned up with the others;
+    ``seed`` is the course's, for the cells' inputs; ``seconds`` the notebook's time limit, the CPU cap of a
+    cell whose cap is a factor of the solutions' time (which is measured, not capped)."""
+
+    run_one: Callable
+    sandboxes: list
+    seed: int
+    seconds: float
+
+
 def measure_cells(
-    aid: str, cells: dict, sources: dict, run_one, sandboxes: list, seed: int, seconds: float, say=None
+    aid: str, cells: dict, sources: dict, measuring: Measuring, say=None
 ) -> dict[str, dict[str, bytes]]:
     """Run each measured cell of the (marked) sources as a submission's is run (:mod:`autograder.grading.measure`): with
     the course's seed for its inputs, under its memory cap, its CPU time counted from the first cell. The solutions
     must fit; what they used is kept (``baseline_mb``: what their kernel held when the cell started, the ceiling
     a submission's kernel is held to; ``solution``: their CPU seconds). Returns each cell's captured values, which
-    are the reference's for its cases (their inputs come from the seed). ``sandboxes`` keeps each sandbox, to be
-    cleaned up with the others; ``say`` gets a line as each starts."""
+    are the reference's for its cases (their inputs come from the seed). ``say`` gets a line as each starts."""
     found = {}
     measured = [grade_id for grade_id, cell in cells.items() if cell.get("measure")]
     for grade_id, cell in cells.items():
@@ -522,12 +538,12 @@ def measure_cells(
         if "cpu_seconds" in spec:
             caps["cpu_seconds"] = spec["cpu_seconds"]
         elif "cpu_factor" in spec:  # (the solutions' time is measured, on the test cell alone, not capped)
-            caps.update(cpu_seconds=seconds, cpu_scope="cell")
+            caps.update(cpu_seconds=measuring.seconds, cpu_scope="cell")
         notebook = measurement_notebook(
-            sources[cell["notebook"]], grade_id, caps, measure_seed(seed, grade_id)
+            sources[cell["notebook"]], grade_id, caps, measure_seed(measuring.seed, grade_id)
         )
-        sandbox, outcome = run_one(notebook)
-        sandboxes.append(sandbox)
+        sandbox, outcome = measuring.run_one(notebook)
+        measuring.sandboxes.append(sandbox)
         entry = measured_entry(outcome.summary, grade_id) if outcome.status == "finished" else None
         used = (entry or {}).get("measure") or {}
         if entry is None or entry.get("status") != "ok" or "memory_start_mb" not in used:
@@ -595,15 +611,16 @@ def _run_all(wanted: list[tuple[str, int]], runs: dict, run_one, say=None) -> No
 
 
 def _captured(
-    aid: str, runs: dict, notebooks: dict, limits, counts: list[int], sources=None, errors=None
-) -> dict[int, tuple[dict, dict]]:
-    """threads -> (cases, values) the runs at that thread count recorded, every notebook's together.
-    ``errors`` gets what :func:`_check_run` says of ungraded cells that raised."""
+    aid: str, runs: dict, notebooks: dict, limits, counts: list[int], sources=None
+) -> tuple[dict[int, tuple[dict, dict]], list[str]]:
+    """threads -> (cases, values) the runs at that thread count recorded, every notebook's together; and what
+    :func:`_check_run` says of ungraded cells that raised."""
     captured = {n: ({}, {}) for n in counts}
+    errors: list[str] = []
     for (name, threads), (_, outcome) in sorted(runs.items()):
         where = f"{aid}/{name}" if len(notebooks) > 1 else aid
         told = _check_run(where, threads, outcome, limits, (sources or {}).get(name))
-        (errors if errors is not None else []).extend(told)
+        errors.extend(told)
         cases, values, problems = load_cases(outcome.capture)
         problems = [p for p in problems if p != "no results were recorded"]
         if problems:
@@ -615,7 +632,7 @@ def _captured(
                 raise ReferenceError(f"{aid}: the case name {case.name!r} is used in more than one notebook")
         captured[threads][0].update(cases)
         captured[threads][1].update(values)
-    return captured
+    return captured, errors
 
 
 def _decide_cells(cells: dict, cases: dict, values: dict) -> None:

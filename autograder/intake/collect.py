@@ -618,8 +618,8 @@ def collect(
         ids, unresolved = assign_ids(chosen, roster, known, submitted_students(course, aid) | taken)
         found.problems += unresolved
         due = deadlines(course, aid).due
-        by_parts = {m.parts: m for m in members}
-        lms_of = _store_all(course, aid, chosen, ids, by_parts, due, rules, found)
+        taken = Taken(chosen, ids, {m.parts: m for m in members})
+        lms_of = _store_all(course, aid, taken, due, rules, found)
         remember_lms_ids(course, lms_of, roster)
     unknown = [h.student_id for h in found.handins if h.source == SOURCE_UNKNOWN]
     if unknown and due is not None:
@@ -665,14 +665,26 @@ def _one_claim_each(
     return chosen
 
 
-def _store_all(course: Course, aid: str, chosen: dict, ids: dict, by_parts: dict, due, rules: TimeRules,
-               found: Collected) -> dict[str, str]:  # fmt: skip
+@dataclass(frozen=True)
+class Taken:
+    """What collect took from the source, to be stored: the one claim of each student (by the student's key),
+    the id given to each key (a key without one is not stored), and every member of the source by its path
+    (where nbgrader's exchange ``timestamp.txt`` beside a notebook is looked up)."""
+
+    claims: dict[tuple[bool, str], Claim]
+    ids: dict[tuple[bool, str], str]
+    members: dict[tuple[str, ...], Member]
+
+
+def _store_all(
+    course: Course, aid: str, taken: Taken, due, rules: TimeRules, found: Collected
+) -> dict[str, str]:
     """Each chosen notebook into ``submitted/`` under its student's id, with its hand-in time; the LMS user
     ids of those the LMS named by id."""
     from autograder.intake.late import write_timestamp
 
-    budget, lms_of = MAX_TOTAL_BYTES, {}
-    for key, claim in sorted(chosen.items(), key=lambda kv: ids.get(kv[0], "")):
+    budget, lms_of, ids = MAX_TOTAL_BYTES, {}, taken.ids
+    for key, claim in sorted(taken.claims.items(), key=lambda kv: ids.get(kv[0], "")):
         sid, lms = ids.get(key), claim.lms_id
         if sid is None:
             continue
@@ -685,7 +697,7 @@ def _store_all(course: Course, aid: str, chosen: dict, ids: dict, by_parts: dict
             reason = f"its notebook {claim.member.name} could not be read ({err})"
             found.problems.append(Problem(claim.member.parts[0], lms, "", reason + ": not collected"))
             continue
-        stamp = exchange_stamp(claim, by_parts) if rules.exchange_timestamps else None
+        stamp = exchange_stamp(claim, taken.members) if rules.exchange_timestamps else None
         when, origin = hand_in_time(sid, claim, stamp, due, rules)
         if claim.late and when is None:
             why = (

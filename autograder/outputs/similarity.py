@@ -382,29 +382,40 @@ def find_similar(
     for pair in pairs:
         pair.flagged = bool(pair.reaches(threshold))
 
-    references = _against_published(course, aid, nb, boilerplate, compared, prints, wholes)
+    fingerprints = Compared(compared, prints, wholes)
+    references = _against_published(course, aid, nb, boilerplate, fingerprints)
     if archive is not None:
-        references += _against_archive(Path(archive), threshold, read, compared, prints, wholes, notes)
+        references += _against_archive(Path(archive), threshold, read, fingerprints, notes)
     for pair in references:
         pair.flagged = bool(pair.reaches())
     references.sort(key=lambda p: (-p.flagged, -p.score, p.first, p.second))
     return Similarity(aid, threshold, pairs, compared, notes, references)
 
 
-def _against_published(course, aid, nb, boilerplate, compared, prints, wholes) -> list[Pair]:
+@dataclass(frozen=True)
+class Compared:
+    """The submissions compared (``students``) and the fingerprints read so far: ``prints``, each one's
+    answers by cell; ``wholes``, each one's code as one program. Reading an archived notebook adds to both."""
+
+    students: list[str]
+    prints: dict[str, dict[str, CodeFingerprint]]
+    wholes: dict[str, CodeFingerprint]
+
+
+def _against_published(course, aid, nb, boilerplate, compared: Compared) -> list[Pair]:
     """Each compared submission against each published solution (a whole program against the code of a
     Python answer, the answer's cell otherwise)."""
     references = []
     for gid, (text, language) in published_solutions(course, aid, nb).items():
         solution = fingerprint("published", gid, text, boilerplate, language)
-        for sid in compared:
-            mine = wholes.get(sid) if language == "python" else prints[sid].get(gid)
+        for sid in compared.students:
+            mine = compared.wholes.get(sid) if language == "python" else compared.prints[sid].get(gid)
             if mine is not None:
                 references.append(compare_published(sid, aid, gid, solution, mine))
     return references
 
 
-def _against_archive(archive: Path, threshold: float, read, compared, prints, wholes, notes) -> list[Pair]:
+def _against_archive(archive: Path, threshold: float, read, compared: Compared, notes) -> list[Pair]:
     """Each compared submission against each readable notebook of an earlier term's ``archive``."""
     references = []
     archived, archive_notes = archived_notebooks(archive)
@@ -414,8 +425,9 @@ def _against_archive(archive: Path, threshold: float, read, compared, prints, wh
         label = f"archive: {name}"
         if not read(label, path):
             continue
-        for sid in compared:
-            references.append(replace_kind(compare_pair(sid, label, prints, wholes), "archive", threshold))
+        for sid in compared.students:
+            pair = compare_pair(sid, label, compared.prints, compared.wholes)
+            references.append(replace_kind(pair, "archive", threshold))
     return references
 
 

@@ -396,12 +396,12 @@ def main() -> None:
     args = parser.parse_args()
     request = ChildRequest.from_json(args.request)
     if request.namespaces:
-        from autograder.runner.isolation import enter_namespaces
+        from autograder.runner.isolation import Tmpfs, enter_namespaces
 
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
-                private=request.private, owner=request.uid, temp_size=request.temp_size,
+                tmpfs=Tmpfs(request.private, request.uid, request.temp_size),
             )  # fmt: skip
             own_process_namespace()
         except OSError as err:

@@ -760,12 +760,12 @@ def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
     os.environ.update(request.env)
     tempfile.tempdir = None  # computed again from this child's TMPDIR
     if request.namespaces:
-        from autograder.runner.isolation import enter_namespaces
+        from autograder.runner.isolation import Tmpfs, enter_namespaces
 
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
-                private=request.private, owner=request.uid, temp_size=request.temp_size,
+                tmpfs=Tmpfs(request.private, request.uid, request.temp_size),
             )  # fmt: skip
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)

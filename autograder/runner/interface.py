@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     import nbformat
 
     from autograder.runner.isolation import Isolation
-    from autograder.runner.sandbox import Limits, Outcome
+    from autograder.runner.sandbox import Outcome
+    from autograder.settings import Limits
 
 __all__ = ["SandboxFactory", "SandboxRun"]
 

@@ -40,10 +40,11 @@ import socket
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autograder.runner.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, nvidia_gpu_here
+from autograder.settings import Settings
 
 MODES = ("auto", "bubblewrap", "basic")
 RUNNERS = ("auto", "fork", "spawn")
@@ -176,6 +177,14 @@ def resolve(mode: str = "auto", runner: str = "auto") -> Isolation:
     return _CACHE[(mode, runner)]
 
 
+def resolved(settings: Settings) -> Settings:
+    """``settings`` with its isolation resolved (:func:`resolve` of its mode with its runner), so what follows
+    probes, keys and describes one :class:`Isolation`; settings already resolved come back as they are."""
+    if isinstance(settings.isolation, Isolation):
+        return settings
+    return replace(settings, isolation=resolve(settings.isolation, settings.runner))
+
+
 def namespaces_available() -> bool:
     """Whether a child can make its own network and mount namespaces here (root, or user namespaces)."""
     probe = subprocess.run(
@@ -215,24 +224,27 @@ def _inside(path: Path, folders: list[Path]) -> bool:
     return any(path == f or path.is_relative_to(f) for f in folders)
 
 
-def enter_namespaces(
-    hide,
-    reveal,
-    writable=(),
-    extra: int = 0,
-    private: dict | None = None,
-    owner: int | None = None,
-    temp_size: int = 256 * 2**20,
-) -> None:
+@dataclass(frozen=True)
+class Tmpfs:
+    """The tmpfs folders :func:`enter_namespaces` mounts besides its empty covers: ``private``, folders (under a
+    writable one) that get a tmpfs of their own, ``{path: bytes}``, owned by ``owner`` (else this user), the
+    submission's disk quota; and ``temp_size``, the bytes of each shared temporary folder's (/tmp, ...)."""
+
+    private: dict | None = None
+    owner: int | None = None
+    temp_size: int = 256 * 2**20
+
+
+def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = Tmpfs()) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
     Every folder in ``hide`` is covered by a small empty tmpfs (a file by ``/dev/null``); every path in
     ``reveal`` that lies under a hidden folder is shown again at its own place, read-only (those in
     ``writable``: as they are). As root the
     namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
-    ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). ``private``: folders
-    (under a writable one) that get a tmpfs of their own, ``{path: bytes}``, owned by ``owner`` (else this
-    user): the submission's disk quota, gone with the namespace. Raises OSError when the kernel refuses.
+    ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). ``tmpfs``: the
+    submission's own folders and the size of the temporary ones (:class:`Tmpfs`), gone with the namespace.
+    Raises OSError when the kernel refuses.
     """
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWNET | extra | (0 if uid == 0 else CLONE_NEWUSER)
@@ -251,7 +263,7 @@ def enter_namespaces(
     for path in hidden:
         if str(path) in SHARED_TEMP:  # an empty temporary folder of its own, writable as /tmp always is
             path.mkdir(parents=True, exist_ok=True)  # (in the tmpfs that now covers its parent)
-            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(temp_size)}")
+            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmpfs.temp_size)}")
         elif path.is_dir():
             _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         else:
@@ -268,8 +280,8 @@ def enter_namespaces(
             os.close(handle)
     finally:
         os.umask(old_umask)
-    who = os.getuid() if owner is None else owner
-    for path, size in (private or {}).items():
+    who = os.getuid() if tmpfs.owner is None else tmpfs.owner
+    for path, size in (tmpfs.private or {}).items():
         Path(path).mkdir(parents=True, exist_ok=True)
         options = f"mode=0700,uid={who},gid={who},size={int(size)},nr_inodes=100k"
         _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, options)

@@ -26,12 +26,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from autograder.result import STATUS, STOPPED
+from autograder.result import STOPPED
 from autograder.runner import forkserver, launchers
 from autograder.runner.child import READY
 from autograder.runner.isolation import SHARED_TEMP, Isolation, probe_report, resolve
@@ -39,6 +39,7 @@ from autograder.runner.linux import FORK_LOCK
 from autograder.runner.protocol import ChildReport, ChildRequest, ReportReader, kernel_env
 from autograder.runner.visibility import Visibility
 from autograder.runner.watchdog import Watchdog
+from autograder.settings import Limits  # here too: a course's nbgrader_config.py imports it from here
 
 PRIVATE = (
     "work",
@@ -90,28 +91,6 @@ def allocate_uid() -> tuple[int, int]:
             _NEXT_UID[0] = (uid - BASE_UID + 1) % ROTATION
         return uid, fd
     raise RuntimeError("no free sandbox uid")
-
-
-@dataclass(frozen=True)
-class Limits:
-    timeout: float = 600.0  # whole notebook, seconds
-    cell_timeout: float = 180.0
-    memory_mb: int = 4096
-    nproc: int = 512  # threads and processes (RLIMIT_NPROC, when the child has its own uid)
-    processes: int = 48  # processes in the sandbox's tree before it is stopped as a fork bomb
-    threads: int = 1  # BLAS/OpenMP threads per kernel, so parallel workers do not oversubscribe
-    disk_mb: int = 512  # each of the submission's folders (a size-limited tmpfs where namespaces are made)
-
-    def stopped(self, status: str) -> str:
-        """What stopped a run that ended with ``status`` (a key of :data:`Outcome.STATUSES`), in words, with the
-        limit it hit: the one wording of the feedback, the reference's refusal and the canary's."""
-        found = STATUS.get(status)
-        return found.stopped.format(**asdict(self)) if found and found.stopped else status
-
-    def fix(self, status: str) -> str:
-        """What an instructor can do when the source's own solutions end with ``status``."""
-        found = STATUS.get(status)
-        return found.fix.format(**asdict(self)) if found and found.fix else "see the detail below"
 
 
 @dataclass
