@@ -45,11 +45,11 @@ try:
 
     from nbgrader.converters.autograde import Autograde
 
-    from autograder.late import LateWork
-    from autograder.runner.sandbox import Limits
+    from autograder.intake.late import LateWork
+    from autograder.settings import Limits
 
     c.Execute.timeout = int(Limits().cell_timeout)  # one per-cell limit for nbgrader and the autograder
-    from autograder.nbgrader_hooks import RequireReference, use_reference
+    from autograder.grading.nbgrader_hooks import RequireReference, use_reference
 
     c.AssignLatePenalties.plugin_class = LateWork  # nbgrader's autograde applies the rule above
     c.Autograde.pre_convert_hook = functools.partial(use_reference, root=here)
@@ -58,8 +58,8 @@ try:
         RequireReference,
     ]
     # What formgrader shows of a student's notebook runs and loads nothing the student wrote: nbgrader's own
-    # autograde writes autograded/ sanitised, as `python -m autograder grade` does (autograder/sanitize.py)
-    from autograder.sanitize import SanitizeForFormgrader
+    # autograde writes autograded/ sanitised, as `python -m autograder grade` does (autograder/intake/sanitize.py)
+    from autograder.intake.sanitize import SanitizeForFormgrader
 
     *before, last = Autograde.class_traits()["autograde_preprocessors"].default()
     c.Autograde.autograde_preprocessors = [*before, SanitizeForFormgrader, last]

@@ -438,3 +438,28 @@ def test_the_fact_rules_find_a_second_spelling(tmp_path):
     }) / "pkg"  # fmt: skip
     for fact in ("the grader's folder .grading", "a Linux clone or prctl number", "a table of statuses"):
         assert spelled(pkg, FACTS[fact][0]) == {"pkg.a"}
+
+
+def test_a_course_config_written_before_the_wings_loads_unchanged(tmp_path):
+    """Other courses copied ``nbgrader_config.py`` when it imported ``autograder.late.LateWork``,
+    ``autograder.runner.sandbox.Limits``, ``autograder.nbgrader_hooks`` and ``autograder.sanitize``: that copy
+    (kept as it was in ``tests/fixtures/nbgrader_config_before_wings.py``) loads, and hooks up today's classes."""
+    import shutil
+
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.grading.nbgrader_hooks import RequireReference
+    from autograder.intake.late import LateWork
+    from autograder.intake.sanitize import SanitizeForFormgrader
+    from autograder.settings import Limits
+
+    old = (ROOT / "tests" / "fixtures" / "nbgrader_config_before_wings.py").read_text()
+    assert "from autograder.late import LateWork" in old and "from autograder.sanitize import" in old
+    shutil.copy(ROOT / "tests" / "fixtures" / "nbgrader_config_before_wings.py", tmp_path / "nbgrader_config.py")
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config()
+    assert config.AssignLatePenalties.plugin_class is LateWork
+    assert config.Execute.timeout == int(Limits().cell_timeout)
+    assert RequireReference in config.Autograde.sanitize_preprocessors
+    assert SanitizeForFormgrader in config.Autograde.autograde_preprocessors
+    new = (ROOT / "nbgrader_config.py").read_text()  # and the course's own uses the wings' names
+    assert not any(f"from {name} import" in new for name in __import__("autograder").OLD_NAMES)
