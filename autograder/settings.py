@@ -16,6 +16,7 @@ from autograder.result import STATUS
 
 if TYPE_CHECKING:  # never imported at run time: the vocabulary imports no wing
     from autograder.course import Course
+    from autograder.runner.interface import SandboxFactory
     from autograder.runner.isolation import Isolation
 
 
@@ -89,6 +90,10 @@ class Settings:
     })  # fmt: skip
     scheduler: str | None = field(default=None, metadata={
         "help": "address of a Dask scheduler to run the jobs on (default: this machine)"
+    })  # fmt: skip
+    sandbox: SandboxFactory | None = field(default=None, compare=False, metadata={
+        "help": "what makes each run's sandbox (autograder.runner.interface.SandboxFactory): None, the real "
+        "Sandbox; a test's prepared runs, so that no kernel starts"
     })  # fmt: skip
 
     @classmethod

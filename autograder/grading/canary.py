@@ -38,6 +38,7 @@ from autograder.intake.handin import frameworks_used
 from autograder.intake.samples import filled, untouched
 from autograder.progress import Heartbeat
 from autograder.result import STOPPED, Result
+from autograder.runner.interface import SandboxFactory
 from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError, resolved
 from autograder.runner.sandbox import Sandbox
 from autograder.settings import Limits, Settings
@@ -50,14 +51,19 @@ class CanaryFailed(RuntimeError):
 
 
 def probe_isolation(
-    course: Course, limits: Limits, isolation: Isolation, warm: tuple[str, ...] = ("numpy",)
+    course: Course,
+    limits: Limits,
+    isolation: Isolation,
+    warm: tuple[str, ...] = ("numpy",),
+    sandboxes: SandboxFactory | None = None,
 ) -> dict:
-    """Start one child as a submission's (forked from the warm parent of ``warm`` the students' runs use)
-    and check what it got; raise IsolationError with the fix."""
-    key = (limits, isolation, course.private_folders(), warm)
+    """Start one child as a submission's (forked from the warm parent of ``warm`` the students' runs use; made
+    by ``sandboxes``, a :class:`~autograder.runner.interface.SandboxFactory`, the real Sandbox where None) and
+    check what it got; raise IsolationError with the fix."""
+    key = (limits, isolation, course.private_folders(), warm, sandboxes)
     if key in _PROBED:
         return _PROBED[key]
-    sandbox = Sandbox(limits, warm=warm, isolation=isolation, private=course.private_folders())
+    sandbox = (sandboxes or Sandbox)(limits, warm=warm, isolation=isolation, private=course.private_folders())
     try:
         report = sandbox.probe()
     finally:
@@ -349,7 +355,9 @@ def _the_reference(course: Course, aid: str, settings: Settings, probe: str, say
 def _probe_or_discard(course: Course, aid: str, settings: Settings, built: Reference | None) -> None:
     """Probe the isolation; where it fails, remove the reference ``built`` in it (if any) and raise."""
     try:
-        probe_isolation(course, settings.limits, settings.isolation, frameworks_used(course, aid))
+        probe_isolation(
+            course, settings.limits, settings.isolation, frameworks_used(course, aid), settings.sandbox
+        )
     except BaseException:
         if built is not None:
             shutil.rmtree(built.directory, ignore_errors=True)
@@ -365,7 +373,9 @@ def _reference_beside_the_probe(course: Course, aid: str, settings: Settings, sa
 
     def probe() -> None:
         try:
-            probe_isolation(course, settings.limits, settings.isolation, frameworks_used(course, aid))
+            probe_isolation(
+                course, settings.limits, settings.isolation, frameworks_used(course, aid), settings.sandbox
+            )
         except BaseException as err:  # noqa: BLE001 (raised again below, in the caller's thread)
             failed.append(err)
 

@@ -97,6 +97,7 @@ def make_batch(course: Course, aid: str, reference: Reference, settings: Setting
         templates=templates,
         hidden={nb: hidden_test_lines(course, aid, nb or None) for nb in names},
         inputs=assignment_inputs(course, aid),
+        sandboxes=settings.sandbox or Sandbox,
     )  # fmt: skip
 
 

@@ -422,7 +422,7 @@ def _run_source(course: Course, aid: str, settings: Settings, nb, threads: int, 
     the sandbox and the child's Outcome."""
     from autograder.runner.sandbox import Sandbox
 
-    sandbox = Sandbox(
+    sandbox = (settings.sandbox or Sandbox)(
         replace(settings.limits, threads=threads),
         warm=frameworks_used(course, aid),
         isolation=settings.isolation,

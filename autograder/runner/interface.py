@@ -7,7 +7,7 @@ would start; the grader decides every point from the ``Outcome`` alone, whoever 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import nbformat
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["SandboxFactory", "SandboxRun"]
 
 
+@runtime_checkable
 class SandboxRun(Protocol):
     """One pre-started child: ``start()`` (its kernel boots and imports meanwhile), then ``run`` exactly once,
     then ``cleanup()`` (always, whatever happened; twice does no harm). ``probe()`` instead of ``run``: the
@@ -39,6 +40,7 @@ class SandboxRun(Protocol):
     def cleanup(self) -> None: ...
 
 
+@runtime_checkable
 class SandboxFactory(Protocol):
     """Makes the :class:`SandboxRun` of one run, as ``Sandbox(limits, slot, warm, isolation, private)`` does:
     ``slot`` the worker's (its warm parent), ``warm`` the modules its kernel imports before the notebook comes,

@@ -1,0 +1,115 @@
+"""The canary's order, without a kernel (:mod:`tests.fixtures.fake_sandbox`): a batch proves the grader first (the
+reference built from the source's runs, then the source's solutions and the untouched release graded through
+the students' path, first in the workers' queue); a student's result that comes before the canary passed is held
+and recorded after it; when the canary fails, no student starts after it and nothing of the batch is recorded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from autograder.grading.batch import Listeners, grade
+from autograder.grading.canary import CanaryFailed
+from autograder.grading.record import Recorder, load_result
+from tests.fixtures.fake_sandbox import FakeSandboxes, hand_in, run_here, settings, toy_kind
+
+
+class Scripted:
+    """An ``answer`` that runs each notebook here (:func:`run_here`), the canary's release only once ``alice``
+    has run (and a moment more, for her result to reach the batch), and says in ``events`` when each ran."""
+
+    def __init__(self, solutions=run_here):
+        self.events: list[str] = []
+        self.alice_ran = threading.Event()
+        self.solutions = solutions
+
+    def __call__(self, notebook):
+        kind = toy_kind(notebook)
+        if kind == "release":
+            assert self.alice_ran.wait(30), "alice never ran"
+            time.sleep(0.5)
+        outcome = (self.solutions if kind == "solutions" else run_here)(notebook)
+        self.events.append(f"{kind} ran")
+        if kind == "alice":
+            self.alice_ran.set()
+        return outcome
+
+    def recorded(self, result) -> None:
+        self.events.append(f"recorded {result.student_id}")
+
+
+def test_the_grader_proves_itself_first_and_a_student_graded_meanwhile_is_recorded_after(toy_course):
+    script = Scripted()
+    fake = FakeSandboxes(script)
+    hand_in(toy_course, "alice")
+    results = grade(
+        toy_course, "T1", settings(fake, workers=2), listeners=Listeners(on_result=script.recorded)
+    )
+    kinds = [toy_kind(nb) for nb in fake.notebooks]
+    assert kinds[:3] == ["source"] * 3  # the reference, at each thread count
+    assert sorted(kinds[3:5]) == ["release", "solutions"] and kinds[5:] == ["alice"]  # the canary's first
+    # alice ran before the canary's release did, and was recorded only once the canary had passed
+    assert [e for e in script.events if "source" not in e] == [
+        "solutions ran", "alice ran", "release ran", "recorded alice",
+    ]  # fmt: skip
+    assert [(r.student_id, r.score) for r in results] == [("alice", 100.0)]  # the canary's are nobody's
+    with Recorder(toy_course.db_url) as recorder:
+        assert recorder.scores("T1") == {"alice": 100.0}
+    probed = fake.log.index(("probe", 0, None))
+    alice = next(i for i, (what, _, name) in enumerate(fake.log) if (what, name) == ("run", "alice"))
+    assert probed < alice  # the sandbox was probed before a student's code ran
+
+
+def test_a_proof_that_passed_is_kept_and_the_next_batch_runs_no_canary(toy_course):
+    fake = FakeSandboxes()
+    hand_in(toy_course, "alice")
+    grade(toy_course, "T1", settings(fake))
+    hand_in(toy_course, "bob", square="def square(x):\n    return x**3")
+    before = len(fake.notebooks)
+    (bob,) = grade(toy_course, "T1", settings(fake))
+    assert [toy_kind(nb) for nb in fake.notebooks[before:]] == ["bob"] and bob.score == 60.0
+
+
+def crashed_solutions(notebook):
+    return run_here(notebook, status="crashed", stop_after="square")
+
+
+def test_when_the_canary_fails_no_student_starts_after_it_and_nothing_is_recorded(toy_course):
+    """One worker: the canary's two runs first; the worker may have taken the next hand-in before the failure
+    was known, but none after it (each student's run takes a while here, so the batch hears first)."""
+
+    def answer(notebook):
+        kind = toy_kind(notebook)
+        if kind == "solutions":
+            return crashed_solutions(notebook)
+        if kind not in ("source", "release"):
+            time.sleep(0.3)
+        return run_here(notebook)
+
+    fake = FakeSandboxes(answer)
+    students = ["alice", "bob", "carol", "dan"]
+    for sid in students:
+        hand_in(toy_course, sid)
+    with pytest.raises(CanaryFailed, match="the source's own solutions got 0/100"):
+        grade(toy_course, "T1", settings(fake))
+    kinds = [toy_kind(nb) for nb in fake.notebooks]
+    assert kinds[3:5] == ["solutions", "release"] and len(kinds[5:]) <= 1, kinds
+    assert all(load_result(toy_course, "T1", sid) is None for sid in students)
+    assert not any(toy_course.kept_run("T1", sid).exists() for sid in students)
+    with Recorder(toy_course.db_url) as recorder:
+        assert recorder.scores("T1") == {}
+
+
+def test_when_the_canary_fails_a_student_held_meanwhile_goes_with_all_it_left(toy_course):
+    script = Scripted(solutions=crashed_solutions)
+    fake = FakeSandboxes(script)
+    hand_in(toy_course, "alice")
+    with pytest.raises(CanaryFailed, match="the source's own solutions got 0/100"):
+        grade(toy_course, "T1", settings(fake, workers=2), listeners=Listeners(on_result=script.recorded))
+    assert [e for e in script.events if "source" not in e] == ["solutions ran", "alice ran", "release ran"]
+    assert load_result(toy_course, "T1", "alice") is None
+    assert not toy_course.kept_run("T1", "alice").exists() and not toy_course.executed("T1", "alice").exists()
+    with Recorder(toy_course.db_url) as recorder:
+        assert recorder.scores("T1") == {}
