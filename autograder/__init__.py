@@ -5,7 +5,7 @@ is :mod:`autograder.api`: ``from autograder.api import grade``. This file import
 child that imports one module of the package loads nothing else.
 
 The package is four wings over a shared vocabulary; a wing imports only from the wings before it (the rule is
-``tests/test_structure.py``'s):
+``tests/tools/test_structure.py``'s):
 
 - the vocabulary, here: :mod:`~autograder.course` (where a course's files are), :mod:`~autograder.result`
   (what a grade is), :mod:`~autograder.settings` (how to grade: limits, isolation, workers), and

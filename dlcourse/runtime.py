@@ -23,7 +23,7 @@ def in_colab() -> bool:
 
 
 # The release the notebooks install and the repository they open from, in one place: this package's version
-# (pyproject.toml and dlcourse.__version__ carry the same number, tests/test_project.py checks it) and the
+# (pyproject.toml and dlcourse.__version__ carry the same number, tests/tools/test_project.py checks it) and the
 # GitHub repository, owner/name, whose release v<VERSION> holds its wheel (a fork sets its own). The set-up
 # cell below and the README's Colab links are made from these two; `python -m dlcourse.runtime` rewrites
 # every copy of them in the repository after a change (the tests fail until it has run).
@@ -32,7 +32,7 @@ HOME = "dlcourse-org/dlcourse"
 RELEASES = f"https://github.com/{HOME}/releases/download"
 WHEEL = f"dlcourse-{VERSION}-py3-none-any.whl"
 
-# The set-up cell that opens every notebook, word for word (tests/test_project.py checks it).
+# The set-up cell that opens every notebook, word for word (tests/tools/test_project.py checks it).
 # On Colab it installs this package from the wheel that `make wheel` builds and the release workflow
 # (.github/workflows/release.yml) attaches to the tag v<VERSION>: one download, nothing to clone or build.
 # Locally it installs nothing. DLCOURSE_PIP points it elsewhere (a fork's wheel, a branch as

@@ -263,7 +263,9 @@ def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = T
     for path in hidden:
         if str(path) in SHARED_TEMP:  # an empty temporary folder of its own, writable as /tmp always is
             path.mkdir(parents=True, exist_ok=True)  # (in the tmpfs that now covers its parent)
-            _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmpfs.temp_size)}")
+            _mount(
+                "tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmpfs.temp_size)}"
+            )
         elif path.is_dir():
             _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
         else:

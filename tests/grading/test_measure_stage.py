@@ -1,7 +1,7 @@
 """The measure stage without a kernel: a measured test cell runs again in a sandbox of its own under its caps, and
 a run over its CPU cap (or one that died or ran out of time) is tried once more, and only then costs the cell's
 points; a cell that failed on its own is not run again. The measured runs are prepared outcomes
-(:mod:`tests.fixtures.fake_sandbox`); the caps themselves are the real sandbox's (tests/test_measure_run.py)."""
+(:mod:`tests.fixtures.fake_sandbox`); the caps themselves are the real sandbox's (tests/grading/test_measure_run.py)."""
 
 from __future__ import annotations
 

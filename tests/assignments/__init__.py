@@ -1,0 +1,1 @@
+"""The graded assignments: releases, samples, the wrong-work corpus, lecture pastes, canaries, parts graded apart."""

@@ -1,0 +1,43 @@
+"""A7's canary in every isolation mode a grader may use: bubblewrap, basic with kernels forked from a warm
+parent, and basic with a fresh interpreter per kernel. In each, the grader proves itself as before a real batch
+(probe, reference built in that sandbox, then the source's solutions and the untouched release graded through
+the students' path): the solutions must get full marks, unflagged, and the release 0.
+
+A7 runs torch's fused attention kernels, its dispatch-mode and saved-tensor hooks and a FlopCounterMode inside the
+kernel; a mode that broke any of them (a missing ``/proc`` or ``/dev/shm``, a thread limit, a different torch
+import in a forked kernel) would show here as solutions below full marks. ``tests/assignments/test_assignments.py`` grades
+A7's samples in one mode only. bubblewrap is skipped, with the reason, where it cannot run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autograder.course import Course
+from autograder.grading.canary import prove
+from autograder.intake.release import release
+from autograder.runner.isolation import IsolationError, resolve
+from autograder.runner.sandbox import Limits
+from autograder.settings import Settings
+
+AID = "A7"
+MODES = [("bubblewrap", "spawn"), ("basic", "fork"), ("basic", "spawn")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES, ids="-".join)
+def test_a7_solutions_get_full_marks_and_its_release_0_in_every_isolation_mode(mode, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    try:
+        isolation = resolve(*mode)
+    except IsolationError as err:
+        pytest.skip(str(err))
+    course = Course().copy([AID], tmp_path, cache_root=tmp_path / ".grading" / "cache")  # a cold cache
+    release(course, [AID])
+    reference, record = prove(
+        course, AID, Settings(limits=Limits(), isolation=isolation, workers=1, strict=True)
+    )
+    assert reference.max_score == 100
+    assert record["passed"], record["problems"]
+    assert record["isolation"] == isolation.describe()
+    assert record["scores"] == {"solutions": "100/100 graded", "release": "0/100 graded"}, record["scores"]

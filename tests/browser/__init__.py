@@ -1,0 +1,1 @@
+"""The course in a browser: JupyterLab in headless Chromium."""

@@ -1,0 +1,1 @@
+"""The commands (autograder/commands/) as instructors type them, and other nbgrader courses graded through them."""

@@ -1,0 +1,1 @@
+"""What goes back (autograder/outputs/): feedback pages, reports, similarity, exports, safe pages."""

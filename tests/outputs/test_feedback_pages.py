@@ -1,0 +1,174 @@
+"""The student's feedback page: per notebook its own score and failures; for a test of plain asserts, where it
+failed (the public line, or which hidden check, never hidden code) with the assert's message; the rule of
+such tests said once per page; marks that mean passed; nothing cut in the middle of a word. Compared with
+nbgrader's own feedback for the same hand-ins of a plain-assert course (the browser's view of the same pages
+is in tests/browser/test_browser.py)."""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+
+import pytest
+
+from autograder.outputs.feedback import failing_line, where_failed
+from autograder.result import CellResult, Result, shorten
+
+HIDDEN = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+TEST = (
+    '"""Check squares"""\n'
+    "assert squares(1) == [1]\n"
+    "assert (squares(2)\n        == [1, 4])\n"
+    "### BEGIN HIDDEN TESTS\n"
+    "assert squares(3) == [1, 4, 9], 'squares(3) is not [1, 4, 9]'\n"
+    "assert squares(4)[-1] == 16\n"
+    "### END HIDDEN TESTS"
+)
+
+
+def error(line: int, evalue: str = "") -> dict:
+    """An error output as IPython leaves it (colours and all), stopped at ``line`` of the cell."""
+    return {
+        "output_type": "error",
+        "ename": "AssertionError",
+        "evalue": evalue,
+        "traceback": [
+            "\x1b[31m---------------------------------------------------------------------------\x1b[39m",
+            "\x1b[31mAssertionError\x1b[39m                            Traceback (most recent call last)",
+            f"\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[4]\x1b[39m\x1b[32m, line {line}\x1b[39m\n"
+            f"\x1b[32m----> \x1b[39m\x1b[32m{line}\x1b[39m assert ...\n",
+            f"\x1b[31mAssertionError\x1b[39m: {evalue}",
+        ],
+    }
+
+
+def test_a_public_assert_shows_its_statement_and_line():
+    where = where_failed(TEST, [error(3)], HIDDEN)
+    assert where.line == 3 and where.hidden is None
+    assert where.code == "assert (squares(2)\n        == [1, 4])"  # the whole statement, over two lines
+    assert where.error == "AssertionError (no message)"
+
+
+def test_a_hidden_assert_shows_its_number_and_message_never_its_code():
+    where = where_failed(TEST, [error(6, "squares(3) is not [1, 4, 9]")], HIDDEN)
+    assert (where.hidden, where.hidden_of, where.code) == (1, 2, "")
+    assert where.error == "AssertionError: squares(3) is not [1, 4, 9]"
+    silent = where_failed(TEST, [error(7)], HIDDEN)
+    assert (silent.hidden, silent.hidden_of, silent.code) == (2, 2, "")
+
+
+def test_a_message_that_spells_out_a_hidden_test_is_withheld():
+    from autograder.grading.pipeline import squeezed
+
+    leaked = "assert squares(4)[-1] == 16"
+    where = where_failed(TEST, [error(7, leaked)], HIDDEN, frozenset({squeezed(leaked)}))
+    assert "squares(4)" not in where.error and "withheld" in where.error
+
+
+def test_no_traceback_line_no_code_and_no_error_no_failure():
+    assert failing_line(["AssertionError: x"]) is None
+    assert where_failed(TEST, [{**error(2), "traceback": []}], HIDDEN).code == ""
+    assert where_failed(TEST, [{"output_type": "stream", "name": "stdout", "text": "hi"}], HIDDEN) is None
+
+
+def test_shorten_never_cuts_a_word():
+    text = "correct_squares: the test cell raised AssertionError: squares(3) is not what it should be"
+    for width in range(20, len(text) + 5):
+        cut = shorten(text, width)
+        assert len(cut) <= width
+        if cut != text:
+            kept = cut.rstrip("\u2026")
+            assert text.startswith(kept) and text[len(kept)] in " ,;:", (width, cut)
+
+
+def test_the_progress_mark_of_a_graded_submission_with_failures_is_not_a_tick():
+    passed = CellResult("t1", 1.0, 1.0, True)
+    failed = CellResult("t2", 0.0, 1.0, False, "t2: failed")
+    assert Result("a", "A1", 2, 1, "graded", cells=[passed]).symbol == "\u2713"
+    assert Result("b", "A1", 2, 0, "graded", cells=[passed, failed]).symbol != "\u2713"
+
+
+# ---- the same hand-ins, graded by nbgrader and by this autograder ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if sys.platform != "linux":
+        pytest.skip("grading runs on Linux only")
+    from autograder.course import Course
+    from autograder.outputs.feedback import write_feedback
+    from tests.fixtures.nbgrader_courses import ours
+    from tests.fixtures.plain_asserts import build
+
+    root, plain = build(tmp_path_factory.mktemp("plain_asserts"))
+    results = ours(root, "ps1")
+    write_feedback(Course(root=root), "ps1")
+    return root, plain, results
+
+
+def text_of(page: str) -> str:
+    """What a reader sees of an HTML page: its text, tags dropped, entities read."""
+    body = page[page.index("<body") :]
+    body = re.sub(r"<(script|style)\b.*?</\1>", "", body, flags=re.S)
+    return html.unescape(re.sub(r"<[^>]+>", "", body))
+
+
+def pages(root, plain, sid: str, nb: str = "problem1") -> tuple[str, str]:
+    ours = (root / "feedback" / sid / "ps1" / f"{nb}.html").read_text(encoding="utf-8")
+    theirs = (plain / "feedback" / sid / "ps1" / f"{nb}.html").read_text(encoding="utf-8")
+    return text_of(ours), text_of(theirs)
+
+
+@pytest.mark.slow
+def test_a_failed_public_assert_shows_the_line_nbgrader_shows(graded):
+    root, plain, results = graded
+    ours, theirs = pages(root, plain, "public")
+    # nbgrader's traceback points at the line that failed: the same line, by number and text, on ours
+    arrow = re.search(r"----> (\d+) (assert squares\(1\) == \[1\])", theirs)
+    assert arrow, theirs[:2000]
+    assert f"Failed at line {arrow.group(1)} of the test:" in ours and arrow.group(2) in ours
+    assert "AssertionError (no message)" in ours
+
+
+@pytest.mark.slow
+def test_a_failed_hidden_assert_shows_its_message_and_number_never_its_code(graded):
+    root, plain, results = graded
+    ours, theirs = pages(root, plain, "message")
+    assert "squares(3) is not [1, 4, 9]" in theirs and "squares(3) is not [1, 4, 9]" in ours
+    assert "hidden check 1 of 2" in ours
+    silent, theirs = pages(root, plain, "silent")
+    assert "assert squares(4)[-1] == 16" in theirs  # nbgrader's page shows the hidden test
+    assert "hidden check 2 of 2" in silent
+    for page in (ours, silent):
+        assert "squares(4)" not in page and "BEGIN HIDDEN" not in page
+
+
+@pytest.mark.slow
+def test_each_notebook_has_its_own_score_and_failures(graded):
+    root, plain, results = graded
+    result = results["public"]
+    mine = [c for c in result.cells if c.notebook == "problem1"]
+    problem1, _ = pages(root, plain, "public")
+    problem2, _ = pages(root, plain, "public", "problem2")
+    heading = re.search(r"ps1, problem1\.ipynb: (\S+) / (\S+)", problem1)
+    written1 = [w for w in result.written if w.notebook == "problem1"]
+    assert float(heading.group(2)) == sum(c.max_points for c in mine) + sum(w.max_points for w in written1)
+    assert f"tests {sum(c.points for c in mine):g} / {sum(c.max_points for c in mine):g}" in problem1
+    assert f"of {len(mine)} tests failed" in problem1
+    # problem2 has written answers only: its score is theirs, and it names no test of problem1
+    written2 = sum(w.max_points for w in result.written if w.notebook == "problem2")
+    assert re.search(rf"ps1, problem2\.ipynb: 0 / {written2:g}\b", problem2)
+    assert "correct_squares" not in problem2 and "tests failed" not in problem2
+
+
+@pytest.mark.slow
+def test_the_kernels_rule_is_one_sentence_and_marks_mean_passed(graded):
+    root, plain, results = graded
+    ours, _ = pages(root, plain, "public")
+    assert ours.count("decided in the kernel") == 1  # once per page, never per row
+    assert "this test has no checks" not in ours
+    cells = [c for c in results["public"].cells if c.notebook == "problem1"]
+    assert ours.count("\u2713 passed") == sum(c.passed for c in cells)
+    assert ours.count("\u2717 failed") == sum(not c.passed for c in cells)
+    assert results["public"].symbol != "\u2713"

@@ -1,0 +1,1 @@
+"""The sandbox (autograder/runner/): warm parents, forks, kernels made ready."""
