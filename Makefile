@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo lab test bench bench-quick gpu-check colab-check format strip release wheel doctor clean
+.PHONY: setup demo lab test test-tools bench bench-quick gpu-check colab-check format strip release wheel doctor clean
 
 ## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
 setup: $(STAMP)
@@ -36,11 +36,15 @@ lab: setup
 	@mkdir -p .grading/exchange
 	JUPYTER_CONFIG_PATH=$(CURDIR) $(VENV)/bin/jupyter lab --notebook-dir=.  # jupyter_server_config.py: the course's content-security policy
 
-## test: lint, then the whole test suite on two workers (one BLAS thread each, for speed only: grades do not depend on it)
+## test: lint, then the test suite on two workers (one BLAS thread each, for speed only: grades do not depend on it)
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m "not tooling" $(PYTEST_ARGS)
+
+## test-tools: the tests that run the developers' measuring tools for real (marker tooling: make bench --quick, a mutant graded)
+test-tools: setup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m tooling $(PYTEST_ARGS)
 
 ## bench: measure grading throughput, course run time and the lectures' speed claims (benchmarks/RESULTS.md)
 bench: setup

@@ -1,7 +1,8 @@
 """A7's canary in every isolation mode a grader may use: bubblewrap, basic with kernels forked from a warm
 parent, and basic with a fresh interpreter per kernel. In each, the grader proves itself as before a real batch
-(probe, reference built in that sandbox, then the source's solutions and the untouched release graded through
-the students' path): the solutions must get full marks, unflagged, and the release 0.
+(probe, then the source's solutions and the untouched release graded through the students' path, in that
+sandbox): the solutions must get full marks, unflagged, and the release 0. The reference is the run's shared one
+(:mod:`tests.fixtures.warm`), built in whichever mode asked first: as for a course, its key holds no isolation.
 
 A7 runs torch's fused attention kernels, its dispatch-mode and saved-tensor hooks and a FlopCounterMode inside the
 kernel; a mode that broke any of them (a missing ``/proc`` or ``/dev/shm``, a thread limit, a different torch
@@ -13,12 +14,11 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.course import Course
 from autograder.grading.canary import prove
-from autograder.intake.release import release
 from autograder.runner.isolation import IsolationError, resolve
 from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
+from tests.fixtures.warm import warm_copy
 
 AID = "A7"
 MODES = [("bubblewrap", "spawn"), ("basic", "fork"), ("basic", "spawn")]
@@ -32,8 +32,9 @@ def test_a7_solutions_get_full_marks_and_its_release_0_in_every_isolation_mode(m
         isolation = resolve(*mode)
     except IsolationError as err:
         pytest.skip(str(err))
-    course = Course().copy([AID], tmp_path, cache_root=tmp_path / ".grading" / "cache")  # a cold cache
-    release(course, [AID])
+    course = warm_copy(
+        [AID], tmp_path
+    )  # (the canary of these settings is this test's own: strict, one worker)
     reference, record = prove(
         course, AID, Settings(limits=Limits(), isolation=isolation, workers=1, strict=True)
     )

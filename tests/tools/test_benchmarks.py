@@ -17,6 +17,7 @@ from benchmarks.report import worker_memory, write_report
 
 
 @pytest.mark.slow
+@pytest.mark.tooling
 def test_quick_run_records_a_well_formed_run(root, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(tmp_path)],

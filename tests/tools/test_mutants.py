@@ -105,6 +105,7 @@ def test_a_mutant_touches_exactly_one_answer_cell():
 
 
 @pytest.mark.slow
+@pytest.mark.tooling
 def test_a_wrong_mutant_is_killed_and_the_control_is_not(tmp_path):
     """The toy assignment T1 graded for real: ``x ** 2 -> x * 2`` loses points, the round-tripped perfect
     submission gets full marks."""
