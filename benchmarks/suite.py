@@ -100,6 +100,8 @@ def suite_section(results: Path) -> list[str]:
            f"{run.get('xdist_workers') or 'no'} xdist workers; {run.get('cpu_count')} cores; load average "
            f"{run.get('load_average_start')} at the start, {run.get('load_average_end')} at the end (1, 5, 15 min). "
            f"Tests: {counts}; pytest's exit status {run.get('exit_status')}.", ""]  # fmt: skip
+    if run.get("note"):  # what the person who kept the table by hand said of it
+        out += [f"Note: {run['note']}", ""]
     if run.get("cpu_count") != BUDGET_CORES:
         out += [f"(Measured on {run.get('cpu_count')} cores, not the budget's {BUDGET_CORES}.)", ""]
     slowest = sorted(tests.items(), key=lambda item: -item[1]["seconds"])[:SLOWEST]

@@ -179,7 +179,9 @@ def test_results_md_shows_the_latest_table_and_no_grading_run_from_it(tmp_path):
         json.dumps(made_up_table("2026-11-26T00:00:00Z", 60.0))
     )
     (results / "suite-2026-11-27T070046Z.json").write_text(
-        json.dumps(made_up_table("2026-11-27T07:00:46Z", 800.0))
+        json.dumps(
+            {**made_up_table("2026-11-27T07:00:46Z", 800.0), "note": "kept by hand, from a clean checkout"}
+        )
     )
     assert load_runs(results) == []
     text = write_report(tmp_path).read_text()
@@ -187,6 +189,10 @@ def test_results_md_shows_the_latest_table_and_no_grading_run_from_it(tmp_path):
     section = text.split("## The test suite's time (run `suite-2026-11-27T070046Z.json`)")[1]
     assert "Wall time 13.3 min (800 s): **over** the budget" in section
     assert "12.0 min (720 s) on a 2-core machine" in section
+    assert (
+        "Note: kept by hand, from a clean checkout" in section
+        and "Note:" not in section.split("Wall time")[0]
+    )
     assert (
         "Tests: 1 failed, 60 passed; pytest's exit status 1." in section
         and "load average [1.5, 1.0, 0.5] at the start" in section
