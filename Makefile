@@ -53,9 +53,9 @@ bench: setup
 bench-quick: setup
 	$(PY) -m benchmarks --quick
 
-## gpu-check: on a CUDA machine (a Colab GPU runtime), the GPU tests, lectures 10 and 12, A3, A5 and A7 graded, FLOP/s
+## gpu-check: on a CUDA machine (a Colab GPU runtime): a sandboxed kernel on the GPU, A3, A5 and A7 graded, lectures 10, 12, 15 and 16, the GPU tests, FLOP/s
 gpu-check: setup
-	$(PY) -m benchmarks.gpu_check
+	$(PY) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 ## colab-check: every lecture and assignment source on Colab's versions (Python 3.13, torch 2.11, TF 2.20) beside ours; several GB, cached
 colab-check: setup

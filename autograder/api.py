@@ -26,6 +26,19 @@ def kept_values(course: Course, aid: str, sid: str) -> dict:
     return load_cases(outcome.capture)[1] if outcome is not None else {}
 
 
+def run_in_sandbox(notebook, limits: Limits, isolation: str = "auto"):
+    """Run ``notebook`` (an nbformat notebook) once in a sandbox started as the grader starts one, in
+    ``isolation`` (resolved as ``autograder run --isolation`` resolves it), and return its outcome: ``status``
+    (``finished`` when every cell ran), ``detail``, and ``summary["cells"]`` with each cell's ``output``."""
+    from autograder.runner.sandbox import Sandbox
+
+    sandbox = Sandbox(limits, 0, ("numpy",), resolve(isolation)).start()
+    try:
+        return sandbox.run(notebook)
+    finally:
+        sandbox.cleanup()
+
+
 def cold_start() -> None:
     """Forget what this process keeps between batches (the warm parents, the isolation probes), so that the
     next batch starts as a new instructor's first one does."""
@@ -38,6 +51,6 @@ def cold_start() -> None:
 
 __all__ = [
     "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "Listeners", "Settings", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test", "kept_values",
-    "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_nbgrader",
+    "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_in_sandbox", "run_nbgrader",
     "set_uid_base", "solution_ids", "throwaway_course", "untouched", "warm_parents",
 ]  # fmt: skip

@@ -4,13 +4,16 @@ CI and the course's own machines have no GPU, so the code paths that only run on
 CPU and on torch's ``meta`` device. This check is for an instructor with a GPU at hand (a Colab GPU runtime:
 ``!git clone ... && cd dlcourse && make gpu-check``). It runs, in order:
 
-1. the tests marked ``gpu`` (``pytest -m gpu``), which skip themselves elsewhere;
-2. the lectures that measure the GPU (10, and 12 where it exists), executed top to bottom;
-3. the autograder on the perfect sample submissions of A3, A5 and A7, whose test cells run the student's code on
-   the GPU where there is one (A3 and A5 train there; A7 times SDPA's fused kernels against the student's own);
-4. the matmul FLOP/s of the card in float32, TF32, float16 and bfloat16, beside its published peak.
+1. a kernel in the grader's sandbox (``--isolation``, as ``autograder run`` takes it) multiplies on the GPU: a
+   sandbox that hid the GPU would grade every GPU branch as on a CPU, with full marks and no word of it;
+2. the autograder, in the same isolation, on the perfect sample submissions of A3, A5 and A7, whose test cells
+   run the student's code on the GPU where there is one (A3 and A5 train there; A7 times SDPA's fused kernels
+   against the student's own);
+3. the lectures with GPU cells (10, 12, 15 and 16; ``--lectures`` picks), executed top to bottom;
+4. the tests marked ``gpu`` (``pytest -m gpu`` over the files that hold them), which skip themselves elsewhere;
+5. the matmul FLOP/s of the card in float32, TF32, float16 and bfloat16, beside its published peak.
 
-It prints one line per step and a summary, and exits 1 if a step failed. Without a CUDA device it prints
+It prints one line per step as it ends and a summary, and exits 1 if a step failed. Without a CUDA device it prints
 "no CUDA device: nothing to check" and exits 0.
 """
 
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LECTURES = ("10_hardware.ipynb", "12_fast_training.ipynb")
+LECTURES = ("10_hardware", "12_fast_training", "15_attention", "16_language_model")  # each has GPU cells
 GRADED = ("A3", "A5", "A7")  # each has a graded test cell with a torch.cuda.is_available() branch
 LECTURE_TIMEOUT_S = 600
 
@@ -65,8 +68,18 @@ def _timed(name: str, action) -> Step:
     return Step(name, passed, detail, time.perf_counter() - start)
 
 
+def gpu_test_files() -> list[str]:
+    """The test files that mark a test ``gpu`` (collecting only them: the others need what a GPU machine may
+    lack, such as the browser tests' Playwright, and hold nothing for it)."""
+    return sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("test_*.py")
+        if "mark.gpu" in path.read_text(encoding="utf-8")
+    )
+
+
 def run_gpu_tests() -> tuple[bool, str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "tests"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", *gpu_test_files()]
     done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
     last = (done.stdout.strip().splitlines() or ["(no output)"])[-1]
     if done.returncode == 5:  # pytest: no tests were collected
@@ -91,7 +104,33 @@ def run_lecture(path: Path) -> tuple[bool, str]:
     return True, f"ran top to bottom in {run.seconds:.0f} s"
 
 
-def grade_perfect_sample(aid: str) -> tuple[bool, str]:
+PROBE = """\
+import torch
+if torch.cuda.is_available():
+    x = torch.ones(512, 512, device="cuda")
+    seen = f"cuda {torch.cuda.get_device_name()} {float((x @ x)[0, 0]):g}"
+else:
+    seen = "no CUDA device in the sandbox"
+seen"""
+
+
+def sandbox_uses_the_gpu(isolation: str = "auto") -> tuple[bool, str]:
+    """A kernel started as the grader starts one, in ``isolation``, finds the GPU and multiplies on it."""
+    import nbformat
+
+    from autograder.api import Limits, resolve, run_in_sandbox
+
+    mode = resolve(isolation)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    outcome = run_in_sandbox(notebook, Limits(timeout=300, cell_timeout=240), isolation)
+    where = f"{mode.mode} isolation, {mode.runner} runner"
+    if outcome.status != "finished":
+        return False, f"{where}: the kernel {outcome.status}: {outcome.detail}"[:300]
+    seen = outcome.summary["cells"][0].get("output", "").strip().strip("'\"")
+    return seen.startswith("cuda ") and seen.endswith(" 512"), f"{where}: {seen}"
+
+
+def grade_perfect_sample(aid: str, isolation: str = "auto") -> tuple[bool, str]:
     sample = ROOT / "source" / aid / "samples" / "perfect.ipynb"
     if not sample.is_file():
         return False, f"{sample.relative_to(ROOT)} is missing"
@@ -100,6 +139,7 @@ def grade_perfect_sample(aid: str) -> tuple[bool, str]:
         submissions.mkdir()
         shutil.copy(sample, submissions / "perfect.ipynb")
         command = [sys.executable, "-m", "autograder", "run", aid, str(submissions), "--out", str(out)]
+        command += ["--isolation", isolation]
         done = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
         grades = out / "grades.csv"
         if not grades.is_file():
@@ -159,21 +199,39 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--size", type=int, default=8192, help="matrix size of the FLOP/s measurement")
+    parser.add_argument(
+        "--isolation", default="auto", choices=("auto", "bubblewrap", "basic"),
+        help="the sandbox the probe and the grading run in, as autograder run takes it (default auto)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--lectures", default=",".join(n.split("_")[0] for n in LECTURES),
+        help="the lectures to run, by number (default: %(default)s)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not cuda_available():
         print("no CUDA device: nothing to check")
         return 0
 
-    print(f"device: {device_line()}")
-    steps = [_timed("pytest -m gpu", run_gpu_tests)]
-    for name in LECTURES:
-        path = ROOT / "lectures" / name
-        if path.is_file():
-            steps.append(_timed(f"lecture {name}", lambda path=path: run_lecture(path)))
+    print(f"device: {device_line()}", flush=True)
+    chosen = {n.strip().zfill(2) for n in args.lectures.split(",") if n.strip()}
+    plan = [(f"sandbox ({args.isolation}) uses the GPU", lambda: sandbox_uses_the_gpu(args.isolation))]
     for aid in GRADED:
-        steps.append(_timed(f"autograder: {aid} perfect sample", lambda aid=aid: grade_perfect_sample(aid)))
-    for step in steps:
-        print(f"{'PASS' if step.passed else 'FAIL'}  {step.name:<38} {step.detail}  [{step.seconds:.0f} s]")
+        plan.append(
+            (f"autograder: {aid} perfect sample", lambda aid=aid: grade_perfect_sample(aid, args.isolation))
+        )
+    for name in LECTURES:
+        path = ROOT / "lectures" / f"{name}.ipynb"
+        if name.split("_")[0] in chosen and path.is_file():
+            plan.append((f"lecture {name}", lambda path=path: run_lecture(path)))
+    plan.append(("pytest -m gpu", run_gpu_tests))
+    steps = []
+    for name, action in plan:  # a line as each ends (a long check shows where it is)
+        step = _timed(name, action)
+        steps.append(step)
+        print(
+            f"{'PASS' if step.passed else 'FAIL'}  {step.name:<38} {step.detail}  [{step.seconds:.0f} s]",
+            flush=True,
+        )
 
     print(f"\nmatmul {args.size} x {args.size}, measured vs published dense peak:")
     try:

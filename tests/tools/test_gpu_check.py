@@ -37,23 +37,26 @@ def test_a_failed_step_fails_the_check_and_the_others_still_run(monkeypatch, cap
     monkeypatch.setattr(gpu_check, "device_line", lambda: "a fake GPU")
     monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: (True, "3 passed"))
     monkeypatch.setattr(gpu_check, "run_lecture", lambda path: (True, "ran"))
+    monkeypatch.setattr(gpu_check, "sandbox_uses_the_gpu", lambda isolation: (True, f"{isolation}: cuda"))
     graded = []
 
-    def grade(aid):
-        graded.append(aid)
+    def grade(aid, isolation):
+        graded.append((aid, isolation))
         if aid == "A3":
             raise RuntimeError("the sandbox did not start")
         return True, "100/100"
 
     monkeypatch.setattr(gpu_check, "grade_perfect_sample", grade)
     monkeypatch.setattr(gpu_check, "matmul_rates", lambda n: [("float16", 50.0, 65.0), ("tf32", 8.0, None)])
-    assert gpu_check.main(["--size", "64"]) == 1
+    assert gpu_check.main(["--size", "64", "--isolation", "bubblewrap", "--lectures", "10,16"]) == 1
     out = capsys.readouterr().out
-    assert graded == ["A3", "A5", "A7"]
+    assert graded == [("A3", "bubblewrap"), ("A5", "bubblewrap"), ("A7", "bubblewrap")]
+    assert "PASS  sandbox (bubblewrap) uses the GPU" in out
     assert "FAIL  autograder: A3 perfect sample" in out and "RuntimeError: the sandbox did not start" in out
     assert "PASS  autograder: A5 perfect sample" in out and "PASS  autograder: A7 perfect sample" in out
     assert "float16       50.0 TFLOP/s  (77% of 65)" in out
-    assert "lecture 10_hardware.ipynb" in out
+    assert "lecture 10_hardware" in out and "lecture 16_language_model" in out
+    assert "12_fast_training" not in out and "15_attention" not in out  # (not asked for)
 
 
 @pytest.mark.parametrize("aid", gpu_check.GRADED)
@@ -82,8 +85,9 @@ def test_grading_a_perfect_sample_reads_its_row_of_the_grades(monkeypatch, tmp_p
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
-    passed, detail = gpu_check.grade_perfect_sample("A7")
+    passed, detail = gpu_check.grade_perfect_sample("A7", "bubblewrap")
     assert commands[0][1:5] == ["-m", "autograder", "run", "A7"]
+    assert commands[0][-2:] == ["--isolation", "bubblewrap"]
     assert not passed and detail == "90/100 (graded: a7.sdpa.cuda_problems failed)"
 
 
@@ -101,3 +105,33 @@ def test_a_perfect_sample_passes_on_its_autograded_points_while_its_written_answ
         {**row, "autograded_score": "95", "reason": "a7.sdpa.cuda_problems failed"}
     )
     assert not passed and "95/100" in detail and "cuda_problems" in detail
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a CPU machine's sandbox reports")
+@pytest.mark.parametrize("isolation", ["basic", "bubblewrap"])
+def test_the_sandbox_probe_fails_where_the_kernel_finds_no_gpu(isolation):
+    """The probe's kernel starts as the grader's do and says what it found: here, no CUDA, and the step fails
+    (a sandbox that hid the GPU would grade every GPU branch as on a CPU, with full marks)."""
+    from autograder.runner.isolation import IsolationError, resolve
+
+    try:
+        resolve(isolation)
+    except IsolationError as err:
+        pytest.skip(str(err))
+    passed, detail = gpu_check.sandbox_uses_the_gpu(isolation)
+    assert not passed
+    assert detail.startswith(f"{isolation} isolation") and detail.endswith("no CUDA device in the sandbox"), (
+        detail
+    )
+
+
+def test_the_gpu_tests_it_runs_are_every_gpu_marked_test():
+    """It collects only the files that mark tests ``gpu``, and those files hold every such test."""
+    files = gpu_check.gpu_test_files()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert ids and {i.split("::")[0] for i in ids} == set(files), (files, done.stdout[-2000:])
