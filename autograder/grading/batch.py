@@ -20,7 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from autograder.course import Course
-from autograder.grading.canary import CanaryBeside, CanaryFailed, Proof, begin_proof, conclude, run_canary
+from autograder.grading.canary import (
+    CanaryBeside,
+    CanaryFailed,
+    Proof,
+    begin_proof,
+    conclude,
+    discard_runs,
+    run_canary,
+)
 from autograder.grading.pipeline import Batch, Job, error_result, grade_one, make_batch, run_jobs
 from autograder.grading.record import Recorder, load_result, save_result
 from autograder.intake.handin import frameworks_used, submission_digest, submissions
@@ -81,8 +89,11 @@ def grade(
         proof.record is None and settings.scheduler
     ):  # the canary is graded here, before the cluster gets a job
         started = time.monotonic()
-        conclude(proof, run_canary(course, aid, proof.reference, settings, proof.keep, listeners.on_progress),
-                 "ran", time.monotonic() - started)  # fmt: skip
+        try:
+            results = run_canary(course, aid, proof.reference, settings, proof.staging, listeners.on_progress)
+            conclude(proof, results, "ran", time.monotonic() - started)
+        finally:
+            discard_runs(proof)  # (what conclude did not publish)
     elif proof.record is None:
         canary = CanaryBeside(proof, listeners.on_progress)
         jobs = [*canary.jobs, *jobs]

@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -284,6 +285,9 @@ class Proof:
     keep: Path
     begun: float
     record: dict | None = None
+    staging: Path | None = (
+        None  # this proof's own runs, until they pass and become ``keep`` (:func:`publish_runs`)
+    )
 
     @property
     def seconds(self) -> float:
@@ -309,7 +313,10 @@ def begin_proof(
     settings = replace(settings, strict=is_strict(reference, settings.strict))
     key = canary_key(reference, settings)
     keep = canary_runs(course, aid, reference, settings)
-    proof = Proof(course, aid, reference, settings, key, keep, begun)
+    staging = keep.with_name(
+        f".{keep.name}-{uuid.uuid4().hex[:12]}"
+    )  # graders may prove the same canary at once
+    proof = Proof(course, aid, reference, settings, key, keep, begun, staging=staging)
     cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
         proof.record = cached
@@ -400,8 +407,10 @@ def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float)
     """Decide the canary from its two results, keep its record (and its runs only if it passed); raise
     :class:`CanaryFailed` when it did not pass."""
     problems = canary_problems(results, proof.settings.limits, proof.settings.strict)
-    if problems:  # only a canary that passed is kept to be decided again
-        shutil.rmtree(proof.keep, ignore_errors=True)
+    if problems:  # only a canary that passed is kept to be decided again; runs kept by one that passed stay
+        discard_runs(proof)
+    else:
+        publish_runs(proof)
     record = {
         "warnings": source_errors(proof.reference)
         + code_flag_warnings(results)
@@ -424,6 +433,24 @@ def conclude(proof: Proof, results: dict[str, Result], how: str, seconds: float)
     return record
 
 
+def publish_runs(proof: Proof) -> None:
+    """Make this proof's runs (run into its own ``staging`` folder) the kept runs of its canary, in one rename:
+    a grader proving the same canary at once never finds them half-written, and never removes another's.
+    Where another grader's passed runs took the place first, they stay (the same inputs, the same runs)."""
+    if proof.staging is None or not proof.staging.is_dir():
+        return  # decided again from the kept runs: nothing ran
+    shutil.rmtree(proof.keep, ignore_errors=True)
+    try:
+        proof.staging.rename(proof.keep)
+    except OSError:
+        discard_runs(proof)
+
+
+def discard_runs(proof: Proof) -> None:
+    if proof.staging is not None:
+        shutil.rmtree(proof.staging, ignore_errors=True)
+
+
 def prove(
     course: Course, aid: str, settings: Settings | None = None, say=None, probe: str = "always"
 ) -> tuple[Reference, dict]:
@@ -436,8 +463,11 @@ def prove(
     proof = begin_proof(course, aid, settings, say, probe)
     if proof.record is None:
         started = time.monotonic()
-        results = run_canary(course, aid, proof.reference, proof.settings, proof.keep, say)
-        conclude(proof, results, "ran", time.monotonic() - started)
+        try:
+            results = run_canary(course, aid, proof.reference, proof.settings, proof.staging, say)
+            conclude(proof, results, "ran", time.monotonic() - started)
+        finally:
+            discard_runs(proof)  # (what conclude did not publish)
     return proof.reference, {**proof.record, "proof_seconds": proof.seconds}
 
 
@@ -450,7 +480,7 @@ class CanaryBeside:
     def __init__(self, proof: Proof, say=None):
         self.proof, self.results, self.started = proof, {}, time.monotonic()
         self.folder = canary_folder(proof.course, proof.aid)
-        self.jobs = canary_jobs(proof.course, proof.aid, proof.reference, self.folder, proof.keep)
+        self.jobs = canary_jobs(proof.course, proof.aid, proof.reference, self.folder, proof.staging)
         self.sids = {job.sid for job in self.jobs}
         self.beat = Heartbeat(say, f"{proof.aid}: canary").start()
 
@@ -470,3 +500,4 @@ class CanaryBeside:
     def cleanup(self) -> None:
         self.beat.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+        discard_runs(self.proof)  # (what conclude did not publish)

@@ -113,3 +113,59 @@ def test_when_the_canary_fails_a_student_held_meanwhile_goes_with_all_it_left(to
     assert not toy_course.kept_run("T1", "alice").exists() and not toy_course.executed("T1", "alice").exists()
     with Recorder(toy_course.db_url) as recorder:
         assert recorder.scores("T1") == {}
+
+
+def test_two_graders_proving_the_same_canary_at_once_keep_the_runs_of_the_one_that_passed(toy_course):
+    """Graders may prove the same canary at once (two instructors, two test workers): each runs into a folder
+    of its own, and only a passed canary's runs become the kept runs, whole, in one rename. Here B's proof
+    begins first, and its solutions crash only once A's canary has passed and kept its runs: B's failure leaves
+    them, and they decide the canary again. (Before, each proof ran into the one kept folder: B emptied it when
+    it began and again when it failed, so A's record said passed over no runs.)"""
+    from autograder.grading.canary import canary_path, canary_runs, prove, redecide_canary
+
+    def record_of_a_passed():
+        found = list((toy_course.cache / "canary").glob("T1-*.json")) if toy_course.cache.exists() else []
+        return any('"passed": true' in path.read_text() for path in found)
+
+    b_began = threading.Event()
+
+    def b_answer(notebook):
+        if toy_kind(notebook) == "solutions":
+            b_began.set()
+            deadline = time.monotonic() + 30
+            while not record_of_a_passed() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return crashed_solutions(notebook)
+        return run_here(notebook)
+
+    def a_answer(notebook):
+        if toy_kind(notebook) == "solutions":
+            assert b_began.wait(30), "B's canary never began"
+        return run_here(notebook)
+
+    failed = []
+
+    def b() -> None:
+        try:
+            prove(toy_course, "T1", settings(FakeSandboxes(b_answer)))
+        except CanaryFailed as err:
+            failed.append(err)
+
+    thread = threading.Thread(target=b)
+    thread.start()
+    reference, a_record = prove(toy_course, "T1", settings(FakeSandboxes(a_answer)))
+    thread.join(60)
+    assert a_record["passed"] and failed, (a_record, failed)
+    a_settings = settings(FakeSandboxes(a_answer))
+    keep = canary_runs(toy_course, "T1", reference, resolved_settings(a_settings))
+    again = redecide_canary(toy_course, "T1", reference, resolved_settings(a_settings), keep)
+    assert again is not None, "the passed canary's runs are gone"
+    assert (again["solutions"].score, again["release"].score) == (100.0, 0.0)
+    assert not [p for p in keep.parent.iterdir() if p.name.startswith(".")], "a proof's own folder was left"
+    assert canary_path(toy_course, "T1", a_record["key"]).is_file()
+
+
+def resolved_settings(given):
+    from autograder.runner.isolation import resolved
+
+    return resolved(given)
