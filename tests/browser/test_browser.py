@@ -296,17 +296,13 @@ def test_instructor_reads_the_class_report_and_follows_a_feedback_link(toy, page
     shot(page, "report-2-feedback-of-ben")
 
 
-@pytest.fixture(scope="module")
-def plain_asserts(tmp_path_factory, chromium_path):
+@pytest.fixture
+def plain_asserts(tmp_path, chromium_path):
     """An nbgrader course of plain asserts (tests/fixtures/plain_asserts.py), graded by nbgrader and by this
-    autograder, with both feedback pages written."""
-    from autograder.outputs.feedback import write_feedback
-    from tests.fixtures.nbgrader_courses import ours
-    from tests.fixtures.plain_asserts import build
+    autograder, with both feedback pages written (once a run: tests/outputs/test_feedback_pages.py reads it too)."""
+    from tests.fixtures.plain_asserts import graded
 
-    root, plain = build(tmp_path_factory.mktemp("plain_asserts"))
-    ours(root, "ps1")
-    write_feedback(Course(root=root), "ps1")
+    root, plain, _ = graded(tmp_path)
     return root, plain
 
 

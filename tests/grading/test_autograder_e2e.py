@@ -24,8 +24,9 @@ from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
 from tests.fixtures.hostile import hostile_batch
 from tests.fixtures.toy_course import make_course, submit
+from tests.fixtures.warm import warm_toy
 
-LIMITS = Limits(timeout=90, cell_timeout=20, memory_mb=2048, nproc=256)
+LIMITS = Limits(timeout=90, cell_timeout=12, memory_mb=2048, nproc=256)  # (sigint_loop waits out its cell)
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def isolated_toy(request, tmp_path, decoys):
         isolation = resolve(*request.param)
     except IsolationError as err:
         pytest.skip(str(err))
-    course = Course(root=make_course(tmp_path / "course"))
+    course = Course(root=warm_toy(make_course(tmp_path / "course"), tmp_path))
     release(course, ["T1"])
     return course, isolation
 

@@ -23,6 +23,7 @@ from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
 from tests.fixtures import toy_course
 from tests.fixtures.hostile import answered, with_cells
+from tests.fixtures.warm import warm_toy
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048, nproc=256)
 MODES = [("basic", "fork"), ("basic", "spawn"), ("bubblewrap", "spawn")]
@@ -337,7 +338,7 @@ def test_memory_held_in_the_runs_folders_counts_against_its_memory_limit(tmp_pat
     """With ``--memory 1024``, a run holds 1,862 MB in its size-limited tmpfs folders (work, home, tmp, 512 MB
     each; /var/tmp and /dev/shm, 256 MB each) besides its processes' 78 MB: status ``graded``, peak memory
     78 MB. N workers hold N times that beyond what the instructor sized the machine for."""
-    course = Course(root=toy_course.make_course(tmp_path / "course"))
+    course = Course(root=warm_toy(toy_course.make_course(tmp_path / "course"), tmp_path))
     release(course, ["T1"])
     toy_course.submit(course, "ballast", with_cells(filled(course, "T1"), BALLAST, after="test_scale"))
     limits = Limits(timeout=60, cell_timeout=30, memory_mb=1024, nproc=256)
@@ -431,7 +432,7 @@ def test_a_run_leaves_no_shared_memory_behind(tmp_path, mode):
     except IsolationError as err:
         pytest.skip(str(err))
     key = 0x5EC00000 + time.time_ns() % 0xFFFFF
-    course = Course(root=toy_course.make_course(tmp_path / "course"))
+    course = Course(root=warm_toy(toy_course.make_course(tmp_path / "course"), tmp_path))
     release(course, ["T1"])
     toy_course.submit(course, "segment", with_cells(filled(course, "T1"), SHARED_SEGMENT.format(key=key)))
     [result] = grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=isolation))

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import nbformat
 import psutil
@@ -25,6 +26,7 @@ from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
 from tests.fixtures.hostile import answered, with_cells
 from tests.fixtures.toy_course import ROOT, make_course, submit
+from tests.fixtures.warm import warm_toy
 
 LIMITS = Limits(timeout=60, cell_timeout=20, memory_mb=2048, nproc=256)
 MODES = [("basic", "fork"), ("basic", "spawn"), ("bubblewrap", "spawn")]
@@ -102,7 +104,7 @@ def mode(request):
 
 @pytest.mark.slow
 def test_what_a_run_leaves_behind_earns_nothing_leaks_nothing_and_stalls_nothing(tmp_path, mode):
-    course = Course(root=make_course(tmp_path / "course"))
+    course = Course(root=warm_toy(make_course(tmp_path / "course"), tmp_path))
     release(course, ["T1"])
     expected = {}
     for sid, (nb, score) in attacks(course).items():
@@ -150,6 +152,9 @@ def test_what_a_run_leaves_behind_earns_nothing_leaks_nothing_and_stalls_nothing
     assert "withheld" in json.dumps([c.get("outputs", []) for c in executed.cells])
 
 
+# the holder's kernel never answers again: its cell ends at the per-cell limit, here shorter than LIMITS' (each
+# of the toy's other cells takes well under a second)
+HELD = replace(LIMITS, cell_timeout=10)
 TOKEN = "600.{}"  # sleep's argument, unique to one test run: the processes to look for
 HOLD = """
 import os, subprocess
@@ -179,7 +184,7 @@ grade(Course(root=Path(sys.argv[1])), "T1", Settings(workers=2, limits=Limits(ti
 
 @pytest.mark.slow
 def test_no_process_of_a_submission_outlives_a_grader_killed_mid_batch(tmp_path, mode):
-    course = Course(root=make_course(tmp_path / "course"))
+    course = Course(root=warm_toy(make_course(tmp_path / "course"), tmp_path))
     release(course, ["T1"])
     token = TOKEN.format(time.time_ns() % 10**9)
     for sid in ("holder_a", "holder_b", "holder_c"):
@@ -213,14 +218,13 @@ def test_no_process_of_a_submission_outlives_its_run(tmp_path, mode, monkeypatch
     swept = []
     real_sweep = sandbox.kill_all_of_uid
     monkeypatch.setattr(sandbox, "kill_all_of_uid", lambda uid: (swept.append(uid), real_sweep(uid)))
-    course = Course(root=make_course(tmp_path / "course"))
+    course = Course(root=warm_toy(make_course(tmp_path / "course"), tmp_path))
     release(course, ["T1"])
     token = TOKEN.format(time.time_ns() % 10**9)
     submit(course, "holder", with_cells(filled(course, "T1"), HOLD.format(token=token)))
     submit(course, "zz_perfect", filled(course, "T1"))
-    results = {
-        r.student_id: r for r in grade(course, "T1", Settings(workers=1, limits=LIMITS, isolation=mode))
-    }
+    results = {r.student_id: r for r in grade(course, "T1", Settings(workers=1, limits=HELD, isolation=mode))}
+    assert results["holder"].status == "timeout", results["holder"].reason  # (the kernel became a sleep)
     assert results["zz_perfect"].score == 100, results["zz_perfect"].reason
     assert_none_left(token, within=10)
     if mode.namespaces and mode.mode != "bubblewrap":

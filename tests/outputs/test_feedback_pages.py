@@ -92,19 +92,15 @@ def test_the_progress_mark_of_a_graded_submission_with_failures_is_not_a_tick():
 # ---- the same hand-ins, graded by nbgrader and by this autograder ----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+@pytest.fixture
+def graded(tmp_path):
+    """The course of tests/fixtures/plain_asserts.py graded by nbgrader and by this autograder, feedback written
+    (once a run: the browser tests read it too)."""
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    from autograder.course import Course
-    from autograder.outputs.feedback import write_feedback
-    from tests.fixtures.nbgrader_courses import ours
-    from tests.fixtures.plain_asserts import build
+    from tests.fixtures.plain_asserts import graded
 
-    root, plain = build(tmp_path_factory.mktemp("plain_asserts"))
-    results = ours(root, "ps1")
-    write_feedback(Course(root=root), "ps1")
-    return root, plain, results
+    return graded(tmp_path)
 
 
 def text_of(page: str) -> str:
