@@ -3,6 +3,8 @@ parent, and basic with a fresh interpreter per kernel. In each, the grader prove
 (probe, then the source's solutions and the untouched release graded through the students' path, in that
 sandbox): the solutions must get full marks, unflagged, and the release 0. The reference is the run's shared one
 (:mod:`tests.fixtures.warm`), built in whichever mode asked first: as for a course, its key holds no isolation.
+The canary is each test's own: the lecture paste's, in the same settings as one of these modes, would otherwise
+be found proved, and nothing would run here.
 
 A7 runs torch's fused attention kernels, its dispatch-mode and saved-tensor hooks and a FlopCounterMode inside the
 kernel; a mode that broke any of them (a missing ``/proc`` or ``/dev/shm``, a thread limit, a different torch
@@ -32,13 +34,12 @@ def test_a7_solutions_get_full_marks_and_its_release_0_in_every_isolation_mode(m
         isolation = resolve(*mode)
     except IsolationError as err:
         pytest.skip(str(err))
-    course = warm_copy(
-        [AID], tmp_path
-    )  # (the canary of these settings is this test's own: strict, one worker)
+    course = warm_copy([AID], tmp_path, own_canary=True)  # (the run's reference; the canary proved here)
     reference, record = prove(
         course, AID, Settings(limits=Limits(), isolation=isolation, workers=1, strict=True)
     )
     assert reference.max_score == 100
+    assert record["how"] == "ran", record  # its two runs, in this mode (not a record another test left)
     assert record["passed"], record["problems"]
     assert record["isolation"] == isolation.describe()
     assert record["scores"] == {"solutions": "100/100 graded", "release": "0/100 graded"}, record["scores"]
