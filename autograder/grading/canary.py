@@ -285,9 +285,8 @@ class Proof:
     keep: Path
     begun: float
     record: dict | None = None
-    staging: Path | None = (
-        None  # this proof's own runs, until they pass and become ``keep`` (:func:`publish_runs`)
-    )
+    # this proof's own runs, until they pass and become ``keep`` (:func:`publish_runs`)
+    staging: Path | None = None
 
     @property
     def seconds(self) -> float:
@@ -313,9 +312,8 @@ def begin_proof(
     settings = replace(settings, strict=is_strict(reference, settings.strict))
     key = canary_key(reference, settings)
     keep = canary_runs(course, aid, reference, settings)
-    staging = keep.with_name(
-        f".{keep.name}-{uuid.uuid4().hex[:12]}"
-    )  # graders may prove the same canary at once
+    # graders may prove the same canary at once: each runs it into a folder of its own
+    staging = keep.with_name(f".{keep.name}-{uuid.uuid4().hex[:12]}")
     proof = Proof(course, aid, reference, settings, key, keep, begun, staging=staging)
     cached = cached_canary(course, aid, key)
     if cached and cached.get("key") == key and cached.get("passed"):
