@@ -124,3 +124,13 @@ def test_the_sandbox_probe_fails_where_the_kernel_finds_no_gpu(isolation):
     assert detail.startswith(f"{isolation} isolation") and detail.endswith("no CUDA device in the sandbox"), (
         detail
     )
+
+
+def test_the_gpu_tests_are_collected_from_the_files_that_mark_them_and_none_runs_nothing(monkeypatch):
+    """Only the files that mark a test ``gpu`` are collected (the others need what a GPU machine may lack); where
+    none does, pytest is not started (given no file, it would collect the whole suite)."""
+    files = gpu_check.gpu_test_files()
+    assert "tests/course/test_measure.py" in files and "tests/tools/test_gpu_check.py" not in files
+    monkeypatch.setattr(gpu_check, "gpu_test_files", lambda: [])
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: pytest.fail("pytest was started"))
+    assert gpu_check.run_gpu_tests() == (True, "no tests are marked gpu")
