@@ -122,6 +122,7 @@ def test_two_graders_proving_the_same_canary_at_once_keep_the_runs_of_the_one_th
     them, and they decide the canary again. (Before, each proof ran into the one kept folder: B emptied it when
     it began and again when it failed, so A's record said passed over no runs.)"""
     from autograder.grading.canary import canary_path, canary_runs, prove, redecide_canary
+    from autograder.runner.isolation import resolved
 
     def record_of_a_passed():
         found = list((toy_course.cache / "canary").glob("T1-*.json")) if toy_course.cache.exists() else []
@@ -156,16 +157,10 @@ def test_two_graders_proving_the_same_canary_at_once_keep_the_runs_of_the_one_th
     reference, a_record = prove(toy_course, "T1", settings(FakeSandboxes(a_answer)))
     thread.join(60)
     assert a_record["passed"] and failed, (a_record, failed)
-    a_settings = settings(FakeSandboxes(a_answer))
-    keep = canary_runs(toy_course, "T1", reference, resolved_settings(a_settings))
-    again = redecide_canary(toy_course, "T1", reference, resolved_settings(a_settings), keep)
+    a_settings = resolved(settings(FakeSandboxes(a_answer)))
+    keep = canary_runs(toy_course, "T1", reference, a_settings)
+    again = redecide_canary(toy_course, "T1", reference, a_settings, keep)
     assert again is not None, "the passed canary's runs are gone"
     assert (again["solutions"].score, again["release"].score) == (100.0, 0.0)
     assert not [p for p in keep.parent.iterdir() if p.name.startswith(".")], "a proof's own folder was left"
     assert canary_path(toy_course, "T1", a_record["key"]).is_file()
-
-
-def resolved_settings(given):
-    from autograder.runner.isolation import resolved
-
-    return resolved(given)
