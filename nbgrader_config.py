@@ -23,6 +23,8 @@ c.CourseDirectory.db_url = os.environ.get(
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".grading", "samples"]
 # Formgrader needs a writable exchange even when nobody uses it.
 c.Exchange.root = os.environ.get("DLCOURSE_EXCHANGE", os.path.join(here, ".grading", "exchange"))
+# The held-out text of check_lm_loss(heldout=...), if not the public heldout/shakespeare.txt (not in source/):
+# c.HeldOut.text_file = "/path/outside/source/heldout.txt"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.Execute.interrupt_on_timeout = True

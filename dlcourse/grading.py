@@ -37,20 +37,22 @@ reference run           the grader runs the source with ``DLCOURSE_CAPTURE`` and
 The kinds of case: :func:`check` (values close within rtol/atol), :func:`check_equal` (exactly equal:
 integers, strings, booleans, shapes), :func:`check_one_of` (one of several answers that only the solution names),
 :func:`check_range` (a scalar within bounds),
-:func:`check_accuracy` (predictions whose accuracy against labels is at least a threshold), and
+:func:`check_accuracy` (predictions whose accuracy against labels is at least a threshold),
 :func:`check_model_accuracy` (a trained model's accuracy, worked out outside the kernel: the kernel
-records only the model's parameters; the architecture, inputs and labels come from the reference). The
+records only the model's parameters; the architecture, inputs and labels come from the reference), and
+:func:`check_lm_loss` (a trained language model's perplexity on a text, worked out alike). The
 kind and its parameters are always taken from the reference, never from the student's kernel.
 
 What a kernel records is the submission's word, so the grader gives points only to evidence the kernel could not
 forge: a value the student's code returned on inputs whose answer the kernel never held (a hidden case without an
 ``expected``). A public check, an ``expected`` written in a test, a ``range`` or ``accuracy`` bound, a small
-boolean, and a model's accuracy on labels the test handed over are *conditions*: they can take a group's points
-away, never earn them (``autograder/grading/reference.py: answer_in_kernel``). A recording counts only from the test cell
-that owns it, once: the grader's driver tags each with the cell that ran, whatever ``cell`` this module writes. A
-trained model can be graded on data the grader draws itself (``heldout=`` of :func:`check_model_accuracy`), and a
-test cell that grades how code runs is run again under caps the grader sets outside the kernel
-(``autograder/grading/measure.py``).
+boolean, a model's accuracy on labels the test handed over and a language model's perplexity on tokens it handed
+over are *conditions*: they can take a group's points away, never earn them
+(``autograder/grading/reference.py: answer_in_kernel``). A recording counts only from the test cell that owns it,
+once: the grader's driver tags each with the cell that ran, whatever ``cell`` this module writes. A trained model
+can be graded on data the grader draws itself (``heldout=`` of :func:`check_model_accuracy` and of
+:func:`check_lm_loss`), and a test cell that grades how code runs is run again under caps the grader sets outside
+the kernel (``autograder/grading/measure.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from pathlib import Path
 import numpy as np
 
 from dlcourse.closeness import ATOL, RTOL, close_report, to_numpy
+from dlcourse.lmdata import decode_lm, lm_as_data, mean_loss
 from dlcourse.modeldata import decode, encode, model_as_data, parameter_count, predictions
 
 CAPTURE_ENV = "DLCOURSE_CAPTURE"
@@ -351,6 +354,8 @@ def compare(case: Case, reference, got) -> str | None:
         return None
     if case.kind == "model_accuracy":
         return _model_problem(case, reference, got)
+    if case.kind == "lm_loss":
+        return _lm_problem(case, reference, got)
     if case.kind == "one_of":
         a, accepted = np.asarray(got), np.asarray(p.get("accepted", []))
         if (
@@ -395,6 +400,40 @@ def _model_problem(case: Case, reference, got) -> str | None:
             f"{case.name}: the trained model's accuracy is {accuracy:.1%}, needs at least {p['at_least']:.0%}"
         )
     return None
+
+
+HELD_OUT_TEXT = "held-out text"  # an lm_loss case's "evaluated_on" once the grader put its held-out window in
+
+
+def _lm_problem(case: Case, reference, got) -> str | None:
+    """An ``lm_loss`` case: the recorded language model (:mod:`dlcourse.lmdata`) must have a perplexity of at most
+    ``at_most`` on the case's tokens; with ``architecture="fixed"`` its settings (sizes, rotary base, eps) must be
+    the reference's. Nothing of the tokens is shown: held out, they are the grader's."""
+    p = case.params
+    try:
+        settings, _ = decode_lm(got)
+        if p.get("architecture", "fixed") == "fixed" and reference is not None:
+            expected, _ = decode_lm(reference)
+            differ = [
+                f"{k} {settings[k]:g} (the test's: {expected[k]:g})"
+                for k in expected
+                if settings[k] != expected[k]
+            ]
+            if differ:
+                return f"{case.name}: the model is not built as the test builds it: {', '.join(differ)}"
+        tokens = np.asarray(p["tokens"])
+        loss = mean_loss(got, tokens, int(p["context"]))
+    except ValueError as err:
+        return f"{case.name}: {err}"
+    perplexity = math.exp(min(loss, 700.0)) if loss == loss else math.nan  # (a NaN loss passes no bound)
+    if perplexity <= p["at_most"]:
+        return None
+    where = (
+        f"on the held-out text ({len(tokens) - 1} tokens)"
+        if p.get("evaluated_on") == HELD_OUT_TEXT
+        else "on the test's tokens"
+    )
+    return f"{case.name}: perplexity {perplexity:.1f} {where}, needs at most {p['at_most']:.1f}"
 
 
 def _short(a: np.ndarray) -> str:
@@ -471,6 +510,32 @@ def check_model_accuracy(
     if heldout is not None:
         params["heldout"] = dict(heldout)
     _case(name, "model_accuracy", params, value, None, public=True)
+
+
+def check_lm_loss(
+    name: str, model, tokens, context: int, at_most: float, *, heldout: dict | None = None
+) -> None:
+    """Case ``name``: the trained language model ``model`` (lecture 16's or the assignment's:
+    :func:`dlcourse.lmdata.lm_as_data`) must have a perplexity (``exp`` of :func:`dlcourse.lmdata.mean_loss`: whole
+    windows of ``context + 1`` tokens) of at most ``at_most`` on ``tokens``. The grader records the model itself,
+    as plain data, and works the perplexity out; the model must be built as the test builds it (its sizes, rotary
+    base and RMSNorm eps are the reference's). With ``heldout={"data": "text", "vocab_size": V, "n_tokens": N}``
+    the grader evaluates it instead on N tokens of a held-out text this kernel never receives, encoded with
+    :func:`dlcourse.lm.shakespeare_tokenizer` of V (:mod:`autograder.grading.heldout`); ``tokens`` then only
+    tell the student where they stand."""
+    ids = plain_value(tokens)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise ValueError("tokens: one vector of token ids")
+    try:
+        value = lm_as_data(model)
+    except TypeError as err:
+        _session[name] = "failed"
+        raise GradingError(f"{name}: {err}") from None
+    params = {"tokens": ids.astype(np.int64).tolist(), "context": int(context), "at_most": float(at_most),
+              "architecture": "fixed"}  # fmt: skip
+    if heldout is not None:
+        params["heldout"] = dict(heldout)
+    _case(name, "lm_loss", params, value, None, public=True)
 
 
 def _case(name: str, kind: str, params: dict, got, expected, public: bool | None = None) -> None:

@@ -6,6 +6,7 @@ Lecture 16 imports these and shows their source; each piece is short and written
 
 - :func:`shakespeare_text`    the text the lecture trains on, shipped with the package (public domain)
 - :func:`pretokenize`, :func:`train_bpe`, :class:`BPETokenizer`   byte-level BPE
+- :func:`shakespeare_tokenizer`   the course's tokenizer: BPE trained on that text (A8's tests and its grader)
 - :class:`RMSNorm`, :func:`rope_tables`, :func:`apply_rope`, :class:`SwiGLU`, :class:`Attention`,
   :class:`Block`, :class:`LMConfig`, :class:`LanguageModel`   the model (weight tying, a KV cache)
 - :func:`parameter_groups`, :class:`AdamW`, :func:`learning_rate`   the optimiser and its schedule
@@ -20,6 +21,7 @@ opening of Richard III, as Project Gutenberg prints them): Shakespeare's plays a
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -150,6 +152,14 @@ class BPETokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """Bytes joined, then UTF-8 decoded; a sequence that cuts a character in two gets U+FFFD for it."""
         return b"".join(self.vocab[int(i)] for i in ids).decode("utf-8", errors="replace")
+
+
+@functools.lru_cache(maxsize=8)
+def shakespeare_tokenizer(vocab_size: int = 512) -> BPETokenizer:
+    """The course's tokenizer: byte-level BPE of ``vocab_size`` tokens trained on :func:`shakespeare_text`, made
+    once per size. A8's test cells and its grader both encode with it, so a held-out text reaches the grader in
+    exactly the tokens the model was trained on."""
+    return BPETokenizer(train_bpe(shakespeare_text(), vocab_size))
 
 
 # ----------------------------------------------------------------------------- the model

@@ -1,13 +1,15 @@
 """Evaluate a recorded model in a child process of its own, never in the grader's.
 
 A ``model_accuracy`` case is decided by running the model a submission recorded (plain data,
-:mod:`dlcourse.modeldata`) on the reference's inputs. Whatever that data makes numpy do, it does in a child
+:mod:`dlcourse.modeldata`) on the reference's inputs, an ``lm_loss`` case by working out the perplexity of the
+language model it recorded (:mod:`dlcourse.lmdata`) on the case's tokens (:data:`EVALUATED`, the kinds evaluated
+here and nowhere else). Whatever that data makes numpy do, it does in a child
 that caps its own memory (:data:`MEMORY_MB`, as a run's kernel is capped: ``memory_rlimit``) and CPU time, and
 that the grader kills after :data:`SECONDS` of wall-clock time. A model that needs more gets a failing reason
 that names the limit; it never becomes the grader's error, and the grader's memory never holds its arrays.
 
 The child is ``python -m autograder.grading.evaluate``, started afresh (not a fork of the grader, whose threads may
-hold locks). Its standard input is one request, plain data only: a line of JSON (the case's name and
+hold locks). Its standard input is one request, plain data only: a line of JSON (the case's name, kind and
 parameters, and the sizes of the two arrays that follow), then the recorded value and the reference's value
 as ``.npy`` bytes, read without pickle. Its standard output is one line of JSON, at most
 :data:`MAX_REPLY_BYTES`: ``{"verdict": null}`` (the case passes), ``{"verdict": "why not"}``, or
@@ -44,6 +46,7 @@ MAX_VERDICT_CHARS = 1000  # a verdict's message, as the child sends it
 KEPT_VERDICTS = 4096  # verdicts this process keeps, the oldest dropped first
 KEPT_PARAMS = 8  # cases whose parameters' JSON this process keeps (a reference's inputs: megabytes each)
 EXIT_BROKEN = 3  # the child could not set itself up: the grader's fault, not the model's
+EVALUATED = ("model_accuracy", "lm_loss")  # the kinds whose recorded model runs here, never in the grader
 
 _verdicts: OrderedDict[bytes, str | None] = OrderedDict()
 _params_json: OrderedDict[int, tuple[dict, bytes]] = OrderedDict()  # id(params) -> (params, their JSON)
@@ -51,10 +54,14 @@ _lock = threading.Lock()
 
 
 def evaluate_model(case: Case, reference: np.ndarray | None, got: np.ndarray) -> str | None:
-    """:func:`dlcourse.grading.compare` of a ``model_accuracy`` case, worked out in a limited child: None
+    """:func:`dlcourse.grading.compare` of a case of a kind in :data:`EVALUATED`, worked out in a limited child: None
     when the recorded model ``got`` passes, else why not. A case whose model must be built as the
     reference's (``architecture="fixed"``) is refused without a ``reference`` to compare it with.
     RuntimeError (the grader's error) only when the child cannot start or set itself up."""
+    if case.kind not in EVALUATED:
+        raise ValueError(
+            f"{case.name}: a case of kind {case.kind!r} is compared in the grader, not in a child"
+        )
     refused = missing_reference(case, reference)
     if refused:
         return refused
@@ -89,8 +96,9 @@ def request_bytes(case: Case, reference: np.ndarray | None, got: np.ndarray) -> 
     """The child's standard input: a JSON line, then ``got`` and ``reference`` as ``.npy`` bytes."""
     value = _npy(got)
     expected = b"" if reference is None else _npy(reference)
-    header = b'{"name": %s, "value_bytes": %d, "reference_bytes": %s, "params": %s}\n' % (
+    header = b'{"name": %s, "kind": %s, "value_bytes": %d, "reference_bytes": %s, "params": %s}\n' % (
         json.dumps(case.name).encode(),
+        json.dumps(case.kind).encode(),
         len(value),
         b"null" if reference is None else str(len(expected)).encode(),
         _params_bytes(case.params),
@@ -184,7 +192,9 @@ def verdict_of(request: bytes) -> dict:
     model's failure, said in the verdict."""
     header, _, arrays = request.partition(b"\n")
     head = json.loads(header)
-    case = Case(str(head["name"]), "model_accuracy", head["params"])
+    case = Case(str(head["name"]), str(head.get("kind")), head["params"])
+    if case.kind not in EVALUATED:  # (the grader sends no other: a child compares no other kind)
+        return {"verdict": f"{case.name}: a case of kind {case.kind[:40]!r} is not evaluated here"}
     size = int(head["value_bytes"])
     got = np.load(io.BytesIO(arrays[:size]), allow_pickle=False)
     reference = None

@@ -32,7 +32,7 @@ import nbformat
 
 from autograder.course import Course
 from autograder.files import read_bytes_bounded, write_json_atomic
-from autograder.grading.heldout import course_seed
+from autograder.grading.heldout import course_seed, heldout_text
 from autograder.grading.measure import (
     ALLOWED,
     caps_for,
@@ -89,7 +89,7 @@ def make_batch(course: Course, aid: str, reference: Reference, settings: Setting
     source and release read and parsed here, once."""
     names = list(reference.notebooks)
     templates = {nb: Template.read(course, aid, nb or None) for nb in names}
-    reference = replace(reference, heldout_seed=course_seed(course))
+    reference = replace(reference, heldout_seed=course_seed(course), heldout_text=heldout_text(course))
     return Batch(
         course, aid, reference, settings.limits, settings.isolation,
         warm=frameworks_used(course, aid),

@@ -42,6 +42,7 @@ from autograder.grading.decisions import (
     staged_copy,
     static_tolerances,
 )
+from autograder.grading.evaluate import EVALUATED
 from autograder.grading.heldout import course_seed
 from autograder.grading.measure import (
     measure_seed,
@@ -94,6 +95,7 @@ class Reference:
     heldout_seed: int | None = (
         None  # the course's seed for held-out data (autograder.grading.heldout), given to grade
     )
+    heldout_text: Path | None = None  # the course's held-out text (autograder.grading.heldout)
 
     def notebook_of(self, grade_id: str) -> str:
         return next(
@@ -140,8 +142,10 @@ def environment() -> dict[str, str]:
 
 
 def grading_code() -> bytes:
-    """The grader's code a reference's values and decisions depend on."""
+    """The grader's code a reference's values and decisions depend on (a recorded model's format among them)."""
     import dlcourse.grading
+    import dlcourse.lmdata
+    import dlcourse.modeldata
 
     here = Path(__file__).parents[1]  # the package
     names = (
@@ -151,8 +155,9 @@ def grading_code() -> bytes:
         "runner/child.py",
         "runner/protocol.py",
     )
-    return (
-        b"".join((here / name).read_bytes() for name in names) + Path(dlcourse.grading.__file__).read_bytes()
+    recording = (dlcourse.grading, dlcourse.modeldata, dlcourse.lmdata)
+    return b"".join((here / name).read_bytes() for name in names) + b"".join(
+        Path(module.__file__).read_bytes() for module in recording
     )
 
 
@@ -224,12 +229,10 @@ def answer_in_kernel(case: Case, value=None) -> bool:
     that a notebook could record the passing value without doing the work: a public check or any check given
     its expected value in the test's code (the value is in the cell), a range or an accuracy check (the
     bound, or the labels, are in the cell), a trained model's accuracy on inputs and labels the test handed
-    over (a notebook can fit them) rather than held-out ones (:mod:`autograder.grading.heldout`), or a small boolean
-    (``True`` is a guess that passes). Such a case
-    is a *condition*: it can take points away, never earn them (:func:`case_groups`)."""
-    if (
-        case.kind == "model_accuracy"
-    ):  # evaluated outside: on held-out data, or on inputs the test handed over
+    over, or a language model's perplexity on tokens it handed over (a notebook can fit them), rather than on
+    held-out ones (:mod:`autograder.grading.heldout`), or a small boolean (``True`` is a guess that passes). Such a
+    case is a *condition*: it can take points away, never earn them (:func:`case_groups`)."""
+    if case.kind in EVALUATED:  # a model evaluated outside: on held-out data, or on what the test handed over
         return not case.params.get("heldout")
     if case.public or case.expected_file is not None or case.kind in ("range", "accuracy"):
         return True

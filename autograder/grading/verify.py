@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autograder.grading.evaluate import evaluate_model
+from autograder.grading.evaluate import EVALUATED, evaluate_model
 from autograder.grading.heldout import heldout_case
 from autograder.grading.reference import Reference
 from autograder.result import CellResult, GroupResult, WrittenResult
@@ -76,8 +76,9 @@ def tampered_public_check(
     trusted = reference.cases[name]
     if trusted.kind in ("range", "accuracy"):  # bounds or labels, not a value
         return safe_compare(trusted, None, values[name]) is not None
-    if trusted.kind == "model_accuracy":  # the fixed architecture is the reference's: always checked
-        return safe_compare(held_out(trusted, reference), reference.values[name], values[name]) is not None
+    if trusted.kind in EVALUATED:  # a model: the fixed architecture is the reference's, always checked; on
+        # what the test handed the kernel, as the kernel compared it (held-out data is the trusted verdict's)
+        return safe_compare(trusted, reference.values[name], values[name]) is not None
     expected = load_expected(capture, cases[name])
     shape = np.shape(reference.values[name])  # both sides were the kernel's: no larger than the reference's
     if expected is None or np.shape(expected) != shape or np.shape(values[name]) != shape:
@@ -86,14 +87,15 @@ def tampered_public_check(
 
 
 def held_out(case: Case, reference: Reference) -> Case:
-    """``case``, evaluated on the grader's held-out data where it asks for it (:mod:`autograder.grading.heldout`)."""
-    return heldout_case(case, reference.heldout_seed)
+    """``case``, evaluated on the grader's held-out data where it asks for it (:mod:`autograder.grading.heldout`):
+    drawn with the course's seed, or a window of the course's held-out text."""
+    return heldout_case(case, reference.heldout_seed, reference.heldout_text)
 
 
 def safe_compare(case: Case, reference, got) -> str | None:
     """:func:`compare` on a value the student's run recorded: whatever that value makes numpy do, the case
     fails with a reason; it never becomes the grader's error."""
-    if case.kind == "model_accuracy":  # the model runs in a child of its own, within limits
+    if case.kind in EVALUATED:  # the model runs in a child of its own, within limits
         return evaluate_model(case, reference, got)
     try:
         return compare(case, reference, got)
