@@ -6,7 +6,8 @@ beyond what the kernel holds when the cell starts), ``cpu_seconds`` (CPU time, n
 ``cpu_factor`` (CPU time as a multiple of what the solutions took on this machine, so the cap is the same on a
 faster or a slower grader). For each measured cell the grader builds a notebook of the submission's own code
 (every code cell of the repaired notebook that is not a graded test: set-up, given code, the student's answers
-and added cells) followed by the measured cell, once, under its caps (no warm-up run of it: a value computed
+and added cells; not a read-only demonstration the source marks ``metadata.dlcourse.not_measured``, such as A8's
+scaling sweep, whose training would otherwise count against every cap) followed by the measured cell, once, under its caps (no warm-up run of it: a value computed
 there could be kept and handed back; what first calls load counts against the allowance, for the solutions too).
 CPU time is capped from the first cell on, memory from the measured cell on. Just before the measured cell the
 grader sets ``MEASURE_SEED``, a number made from the course's secret seed, which the cell takes its inputs from:
@@ -32,6 +33,9 @@ from autograder.course import is_graded_test, nbgrader_meta
 from autograder.runner.caps import MEASURE_KEY
 from autograder.runner.protocol import CASES_FILE
 
+NOT_MEASURED = (
+    "not_measured"  # metadata.dlcourse.not_measured on a read-only cell of the source: left out of the run
+)
 SEED_NAME = "MEASURE_SEED"  # what a measured cell reads its inputs' seed from (its own default where unset)
 CAPS_KEY = "caps"  # metadata.dlcourse.caps: set by the grader on the capped copy only; the driver enforces it
 SLACK_MB = (
@@ -73,6 +77,8 @@ def measurement_notebook(
             if nbgrader_meta(cell).get("grade_id") == grade_id:
                 measured = cell
             continue
+        if demonstration(cell):
+            continue
         cells.append(copy.deepcopy(cell))
     if measured is None or not cells:
         raise ValueError(f"the notebook has no test cell {grade_id!r}, or no code before it")
@@ -90,6 +96,18 @@ def measurement_notebook(
         cell["id"] = f"measure-{index}"
         cell.outputs, cell.execution_count = [], None
     return nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(notebook.metadata))
+
+
+def demonstration(cell) -> bool:
+    """A read-only cell (nbgrader locked, no answer) that the source leaves out of measurement runs. Repair puts
+    read-only cells back from the source, so the mark is the source's; and leaving a cell out only takes code away
+    from the capped run, so a hand-in that claims the mark for a cell of its own gains nothing by it."""
+    meta = nbgrader_meta(cell)
+    return (
+        bool(cell.metadata.get("dlcourse", {}).get(NOT_MEASURED))
+        and bool(meta.get("locked"))
+        and not meta.get("solution")
+    )
 
 
 def measure_seed(course_seed: int, grade_id: str) -> int:

@@ -104,7 +104,7 @@ def problems(course: Course, aid: str) -> list[str]:
         grade_id = nbgrader_meta(cell).get("grade_id")
         if "### BEGIN HIDDEN TESTS" not in cell.source:
             found.append(f"graded cell {grade_id} has no hidden tests")
-        if not re.search(r"\bcheck(_equal|_range|_accuracy)?\(", cell.source):
+        if not re.search(r"\bcheck(_[a-z_]+)?\(", cell.source):
             found.append(f"graded cell {grade_id} calls no check(...) from dlcourse.grading")
         found += kernel_points_problems(cell)
 

@@ -98,3 +98,27 @@ def test_a_measured_run_the_grader_failed_makes_the_result_a_grader_error(toy_co
     assert result.status == "error" and result.reason.startswith("grader error: the sandbox's kernel")
     assert not toy_course.kept_run("T1", "alice").exists()  # nothing of it kept
     assert fake.left_running == []
+
+
+def test_a_read_only_demonstration_is_left_out_of_the_measured_run_and_nothing_else():
+    """A8's scaling sweep trains three models in a read-only cell the source marks ``not_measured``: run in every
+    measured notebook, it would count against each CPU cap. Left out, the cap is the measured cell's own; a cell
+    that is not read-only keeps running however it is marked (an answer, or a student's own cell)."""
+    from autograder.grading.measure import NOT_MEASURED, measurement_notebook
+
+    def cell(gid, source, **nbgrader):
+        made = nbformat.v4.new_code_cell(source)
+        if gid:
+            made.metadata["nbgrader"] = {"grade_id": gid, **nbgrader}
+        return made
+
+    demo = cell("sweep", "sweep = 'trained'", locked=True, solution=False)
+    demo.metadata["dlcourse"] = {NOT_MEASURED: True}
+    claimed = cell("answer", "answer = 1", locked=False, solution=True)
+    claimed.metadata["dlcourse"] = {NOT_MEASURED: True}
+    own = cell(None, "mine = 2")
+    own.metadata["dlcourse"] = {NOT_MEASURED: True}
+    test = cell("test_it", "check('x', answer)", locked=True, solution=False, grade=True, points=1)
+    nb = nbformat.v4.new_notebook(cells=[cell("setup", "import dlcourse", locked=True), demo, claimed, own, test])
+    sources = [c.source for c in measurement_notebook(nb, "test_it", {"cpu_seconds": 5}, seed=3).cells]
+    assert sources == ["import dlcourse", "answer = 1", "mine = 2", "MEASURE_SEED = 3", "check('x', answer)"]
