@@ -836,7 +836,9 @@ def calibrate(cases: dict[str, Case], runs: dict[int, dict]) -> tuple[dict, list
                 diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
                 spread_abs = max(spread_abs, float(np.max(diff, initial=0.0)))
                 allowed = case.params.get("atol", ATOL) + case.params.get("rtol", RTOL) * np.abs(ref)
-                spread_rel = max(spread_rel, float(np.max(diff / allowed, initial=0.0)))
+                # a zero tolerance (an exact float check) allows no spread: 0 of 0 is none, anything else too much
+                share = np.divide(diff, allowed, out=np.where(diff > 0, np.inf, 0.0), where=allowed > 0)
+                spread_rel = max(spread_rel, float(np.max(share, initial=0.0)))
                 if spread_rel * SAFETY_MARGIN > 1:
                     problem = (
                         f"{name}: differs by up to {spread_abs:.3g} between 1 and {threads} threads, which uses "

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -113,6 +114,13 @@ def test_calibration_refuses_a_tolerance_that_thread_noise_uses_up():
     assert report["cases"]["c"]["share_of_tolerance"] > 0.5
     wide = {"c": Case("c", "close", {"rtol": 1e-3, "atol": 1e-3})}
     assert calibrate(wide, {1: {"c": base}, 4: {"c": noisy}})[1] == []
+    # a float check with no tolerance (A8's stochastic rounding: its exact bits) allows no spread at all, and one
+    # entry that moves is found among entries that do not (0 / 0 must not hide x / 0)
+    zero = {"z": Case("z", "close", {"rtol": 0.0, "atol": 0.0})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert calibrate(zero, {1: {"z": base}, 4: {"z": base.copy()}})[1] == []
+        assert calibrate(zero, {1: {"z": base}, 4: {"z": noisy}})[1]
     exact = {"e": Case("e", "equal", {})}
     assert calibrate(exact, {1: {"e": np.array([1, 2])}, 2: {"e": np.array([1, 3])}})[1]
     assert calibrate(exact, {1: {"e": np.array([1, 2])}, 2: {"e": np.array([1, 2])}})[1] == []
