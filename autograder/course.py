@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADING = ".grading"  # the grader's own folder in a course (git-ignored; never visible to students)
+SEED_FILE = "heldout-seed"  # in the grader's workspace: the course's secret seed (Course.seed_file)
 GRADEBOOK = "gradebook.db"  # nbgrader's SQLite gradebook in a course's root, unless the course names another
 SQLITE = "sqlite:///"
 
@@ -56,6 +58,19 @@ class Course:
     def work(self) -> Path:
         """The grader's own files (references, runs, results); git-ignored, never visible to students."""
         return self.workspace or self.root / GRADING
+
+    def seed_file(self) -> Path:
+        """The course's secret seed (held-out data, measured cells' inputs: :mod:`autograder.grading.heldout`), in
+        the grader's workspace: made at random the first time, then kept. A copy of the course takes the same one."""
+        path = self.work / SEED_FILE
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(path, "x") as fh:  # (two graders at once: the first one's stays)
+                    fh.write(secrets.token_hex(8) + "\n")
+            except FileExistsError:
+                pass
+        return path
 
     @property
     def cache(self) -> Path:
@@ -199,7 +214,7 @@ class Course:
         (samples included) and this course's nbgrader configuration: the one way a throwaway course is
         made (``run``, ``demo``, benchmarks, tests). It has its own SQLite gradebook, never this course's
         (nor ``$DLCOURSE_DB_URL``), and shares this course's cache of references and canaries unless given
-        ``cache_root``. Not yet released: ``autograder.intake.release.release(copy, aids)``."""
+        ``cache_root``; and its secret seed (:meth:`seed_file`). Not yet released: ``autograder.intake.release.release(copy, aids)``."""
         root = Path(root) if root else Path(tempfile.mkdtemp(prefix=prefix))
         root.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.root / "nbgrader_config.py", root / "nbgrader_config.py")
@@ -208,7 +223,12 @@ class Course:
                 aid, self.notebooks(aid)[0] if self.notebooks(aid) else None
             )  # a clear error
             shutil.copytree(self.source / aid, root / "source" / aid)
-        return Course(root=root, db=sqlite_url(root / GRADEBOOK), cache_root=cache_root or self.cache)
+        copied = Course(root=root, db=sqlite_url(root / GRADEBOOK), cache_root=cache_root or self.cache)
+        # the same secret seed: the same held-out data and measured inputs, so the same grade as this course gives
+        # (and one reference for both in a shared cache, whose key holds the seed)
+        copied.work.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.seed_file(), copied.work / SEED_FILE)
+        return copied
 
 
 def _stamp(path: Path) -> tuple:

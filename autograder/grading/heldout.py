@@ -24,7 +24,6 @@ text of its own, kept outside ``source/`` (the seed's window still keeps which p
 from __future__ import annotations
 
 import functools
-import secrets
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,7 +32,6 @@ import numpy as np
 from autograder.course import ROOT
 from dlcourse.grading import HELD_OUT_TEXT, Case
 
-SEED_FILE = "heldout-seed"
 DATA = {"shapes": "model_accuracy", "text": "lm_loss"}  # each held-out data, and the kind of case it is for
 DEFAULT_TEXT = ROOT / "heldout" / "shakespeare.txt"  # (public Shakespeare that dlcourse/texts/ does not hold)
 TEXT_SIZES = {"vocab_size": (256, 4096), "n_tokens": (64, 65536)}  # a held-out text's spec: each in bounds
@@ -41,15 +39,7 @@ TEXT_SIZES = {"vocab_size": (256, 4096), "n_tokens": (64, 65536)}  # a held-out 
 
 def course_seed(course) -> int:
     """The course's held-out seed, from its grader workspace (made at random, once, where there is none)."""
-    path = course.work / SEED_FILE
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(path, "x") as fh:  # (two graders at once: the first one's stays)
-                fh.write(secrets.token_hex(8) + "\n")
-        except FileExistsError:
-            pass
-    return int(path.read_text().strip()[:16], 16) % 2**63
+    return int(course.seed_file().read_text().strip()[:16], 16) % 2**63
 
 
 def heldout_text(course) -> Path:

@@ -15,14 +15,26 @@ SPEC = {"data": "shapes", "like": {"seed": 16, "n_train": 200, "n_val": 200}, "n
 
 
 def test_the_course_seed_is_made_once_and_kept(tmp_path):
-    class Course:
-        work = tmp_path / ".grading"
+    from autograder.course import Course
 
-    first = course_seed(Course())
-    assert course_seed(Course()) == first
+    course = Course(root=tmp_path)
+    first = course_seed(course)
+    assert course_seed(Course(root=tmp_path)) == first
     assert (tmp_path / ".grading" / "heldout-seed").is_file()
     (tmp_path / ".grading" / "heldout-seed").write_text("00000000000000ff\n")
-    assert course_seed(Course()) == 255
+    assert course_seed(Course(root=tmp_path)) == 255
+
+
+def test_a_copy_of_the_course_keeps_its_seed(tmp_path):
+    """``run``, ``demo``, the benchmarks and the mutation tool grade in a copy of the course: with a seed of its own,
+    the copy would draw other held-out data and other measured inputs than the course (another grade for the same
+    hand-in), and rebuild the reference its cache shares with the course, under a grader still using it."""
+    from autograder.course import Course
+
+    main = Course()
+    copy = main.copy(main.assignments()[:1], root=tmp_path / "copy", cache_root=tmp_path / "cache")
+    assert course_seed(copy) == course_seed(main)
+    assert copy.seed_file() != main.seed_file()  # its own file: a copy never writes into the course
 
 
 def test_a_draw_depends_on_the_seed_alone_and_is_standardised_as_the_training_images_were():
