@@ -3,8 +3,8 @@
 A *mutant* is the perfect submission (:func:`autograder.intake.samples.filled`) with ONE answer cell's solution
 changed by one small, plausible slip: an arithmetic operator swapped, a comparison flipped, a constant
 nudged, a statement dropped, a reduction or an axis changed, a transpose removed, two arguments swapped
-(see :data:`OPERATORS`). Only code that came from between the cell's ``### BEGIN SOLUTION`` and
-``### END SOLUTION`` lines is mutated; the mutated cell is written back with ``ast.unparse``. Mutants
+(see :data:`OPERATORS`); an answer cell that no test grades (``metadata.dlcourse.optional``) has none. Only code
+that came from between the cell's ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines is mutated; the mutated cell is written back with ``ast.unparse``. Mutants
 that do not compile, or that unparse to the original (or to another mutant), are skipped. A fixed number
 per assignment (``--max``, default 25) is drawn by seed, spread round-robin over the answer cells.
 
@@ -121,6 +121,8 @@ def answer_cells(course: Course, aid: str) -> list[AnswerCell]:
 
     cells = []
     for cell in course.read_source(aid).cells:
+        if cell.metadata.get("dlcourse", {}).get("optional"):
+            continue  # an answer no test grades (A8's Triton kernel, run on a GPU in the student's own notebook)
         if is_solution(cell) and cell.cell_type == "code":
             text = SOLUTION_BLOCK.sub(lambda m: m.group(1), cell.source)
             cells.append(AnswerCell(nbgrader_meta(cell)["grade_id"], text, solution_lines(cell.source)))

@@ -6,7 +6,7 @@ import ast
 
 import pytest
 
-from autograder.course import Course, nbgrader_meta
+from autograder.course import Course, is_solution, nbgrader_meta
 from autograder.intake.samples import filled
 from benchmarks.mutants import (
     OPERATORS,
@@ -145,3 +145,17 @@ def test_a_mutant_of_the_accepted_answers_is_shown_equivalent_and_no_other_is():
     assert accepted and answers and len(accepted) + len(answers) == len(bug_report)
     assert all("check_one_of" in m.equivalent for m in accepted)
     assert not any(m.equivalent for m in answers)
+
+
+def test_an_answer_no_test_grades_is_not_mutated():
+    """A8's Triton kernel is an optional answer, run on a GPU in the student's own notebook and graded by no test:
+    its mutants could only survive. Every other answer cell of A8 is mutated."""
+    from benchmarks.mutants import answer_cells
+    from tests.fixtures.warm import MAIN
+
+    source = MAIN.read_source("A8")
+    answers = {nbgrader_meta(c)["grade_id"] for c in source.cells if is_solution(c) and c.cell_type == "code"}
+    optional = {g for g in answers if next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == g)
+                .metadata.get("dlcourse", {}).get("optional")}  # fmt: skip
+    assert optional == {"triton_kernel"}
+    assert {c.grade_id for c in answer_cells(MAIN, "A8")} == answers - optional
