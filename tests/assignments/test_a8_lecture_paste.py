@@ -275,9 +275,7 @@ def test_every_pasted_cell_is_an_answer_cell_of_the_release():
     answers = {
         nbgrader_meta(c)["grade_id"] for c in release.cells if is_solution(c) and c.cell_type == "code"
     }
-    assert (
-        set(PASTED) == answers
-    )  # the lecture has code for every cell (none for loss scaling: its stub stays)
+    assert answers - set(PASTED) == {"triton_kernel"}  # the lecture writes no Triton: its stub stays
 
 
 def test_committed_lecture_paste_is_current():
