@@ -201,6 +201,19 @@ def measure_stage(b: Batch, g: Grading) -> bool:
     return True
 
 
+def ended_early(status: str, caps: dict) -> str:
+    """Why a measured cell recorded nothing when its run ended before it: under a CPU cap, the likely cause, which
+    the student can act on (the cap counts every cell before the test, their own experiments included)."""
+    why = f"the measured run ended before this test ({status})"
+    if "cpu_seconds" in caps:
+        why += (
+            f": its CPU cap of {caps['cpu_seconds']:g} s counts from the notebook's first cell, your own added "
+            "cells included, and a cell before the test may have used it up (keep experiment cells light, or "
+            "delete them before you hand in)"
+        )
+    return why
+
+
 def measure_cell(b: Batch, g: Grading, grade_id: str, spec: dict) -> tuple[dict, dict] | Outcome:
     """The measured cell ``grade_id`` run under its caps (``spec``: its reference's measurement), tried once
     more where a CPU cap binds and the first run went past its caps, died or ran out of time (a load can outlast
@@ -223,7 +236,7 @@ def measure_cell(b: Batch, g: Grading, grade_id: str, spec: dict) -> tuple[dict,
         if outcome.status == "error":
             return outcome
         entry = measured_entry(outcome.summary, grade_id) or {
-            "grade_id": grade_id, "status": "died", "error": f"the measured run ended before this test ({outcome.status})",
+            "grade_id": grade_id, "status": "died", "error": ended_early(outcome.status, caps),
         }  # fmt: skip
         over = over_cpu(entry.get("measure") or {}, caps.get("cpu_seconds"))
         # each process within its own limit, but not all of them together: nothing it recorded counts

@@ -71,6 +71,15 @@ def test_a_measured_run_that_died_before_the_cell_is_tried_again(toy_course):
     result, _, entry, runs = graded(toy_course, {MEASURED: [died, run_here]})
     assert (result.score, runs, entry["tries"]) == (100.0, 2, 2)
     assert "ended before this test (crashed)" in entry["first_try"]
+    # the student is told what to act on: the cap counts their own cells before the test (A8's reviewer added an
+    # experiment cell, lost the cell's points and read only "crashed")
+    assert "counts from the notebook's first cell, your own added cells included" in entry["first_try"]
+
+
+def test_a_run_that_died_under_a_memory_cap_only_blames_no_cpu_cap(toy_course):
+    died = lambda nb: run_here(nb, status="crashed", stop_after="scale")  # noqa: E731
+    _, _, entry, _ = graded(toy_course, {MEASURED: died}, spec={"memory_mb": 64})
+    assert entry["error"] == "the measured run ended before this test (crashed)"
 
 
 def test_a_measured_cell_that_fails_on_its_own_is_not_run_again(toy_course):
