@@ -513,7 +513,14 @@ def check_model_accuracy(
 
 
 def check_lm_loss(
-    name: str, model, tokens, context: int, at_most: float, *, heldout: dict | None = None
+    name: str,
+    model,
+    tokens,
+    context: int,
+    at_most: float,
+    *,
+    heldout: dict | None = None,
+    seeded: bool = False,
 ) -> None:
     """Case ``name``: the trained language model ``model`` (lecture 16's or the assignment's:
     :func:`dlcourse.lmdata.lm_as_data`) must have a perplexity (``exp`` of :func:`dlcourse.lmdata.mean_loss`: whole
@@ -522,7 +529,10 @@ def check_lm_loss(
     base and RMSNorm eps are the reference's). With ``heldout={"data": "text", "vocab_size": V, "n_tokens": N}``
     the grader evaluates it instead on N tokens of a held-out text this kernel never receives, encoded with
     :func:`dlcourse.lm.shakespeare_tokenizer` of V (:mod:`autograder.grading.heldout`); ``tokens`` then only
-    tell the student where they stand."""
+    tell the student where they stand. ``seeded=True``: the cell trains the model from the grader's ``MEASURE_SEED``
+    when it measures the cell, so the same weights byte for byte in the notebook's own run (with the cell's own
+    seed) and in the measured run were not trained by the cell, and the hand-in is flagged for review
+    (:func:`autograder.grading.measure.unchanged_by_the_seed`)."""
     ids = plain_value(tokens)
     if ids.ndim != 1 or ids.dtype.kind not in "iu":
         raise ValueError("tokens: one vector of token ids")
@@ -535,6 +545,8 @@ def check_lm_loss(
               "architecture": "fixed"}  # fmt: skip
     if heldout is not None:
         params["heldout"] = dict(heldout)
+    if seeded:
+        params["seeded"] = True
     _case(name, "lm_loss", params, value, None, public=True)
 
 

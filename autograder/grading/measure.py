@@ -146,6 +146,31 @@ def merge_capture(main: dict[str, bytes], measured: dict[str, bytes], grade_id: 
     return files
 
 
+def unchanged_by_the_seed(
+    cases: dict, main: dict[str, bytes], measured: dict[str, bytes], grade_id: str
+) -> list[str]:
+    """Why the hand-in is flagged for review: the cases of the cell ``grade_id`` that the source marks ``seeded`` (a
+    model the cell trains from ``MEASURE_SEED``: :func:`dlcourse.grading.check_lm_loss`) whose value the measured run
+    recorded byte for byte as the notebook's own run did with the cell's own seed. Trained, the weights follow the
+    seed; the same weights were brought in, or made before the seed was known. ``cases``: the reference's, which
+    alone say which cases are seeded."""
+    before = {e.get("name"): e.get("file") for e in _entries(main) if e.get("cell") == grade_id}
+    found = []
+    for entry in _entries(measured):
+        name = entry.get("name")
+        case = cases.get(name) if isinstance(name, str) else None
+        if entry.get("cell") != grade_id or case is None or not case.params.get("seeded"):
+            continue
+        old, new = main.get(before.get(name) or ""), measured.get(entry.get("file") or "")
+        if old is not None and old == new:
+            found.append(
+                f"{name}: the model is the same, byte for byte, when the cell trains it with the grader's seed as "
+                "with its own: the cell did not train these weights (brought in, made before the seed was known, or "
+                "trained with a seed of its own instead of the one the test passes)"
+            )
+    return found
+
+
 def _entries(capture: dict[str, bytes]) -> list[dict]:
     """The index lines of a capture the driver wrote (its own JSON: a line that does not parse is skipped)."""
     found = []

@@ -41,6 +41,7 @@ from autograder.grading.measure import (
     measured_entry,
     measurement_notebook,
     merge_capture,
+    unchanged_by_the_seed,
 )
 from autograder.grading.reference import Reference, source_inputs
 from autograder.grading.tamper import given_code, scan
@@ -193,10 +194,15 @@ def measure_stage(b: Batch, g: Grading) -> bool:
             return False
         entry, capture = measured
         cells = [e for e in g.outcome.summary.get("cells", []) if e.get("grade_id") != grade_id] + [entry]
+        unchanged = unchanged_by_the_seed(g.reference.cases, g.outcome.capture, capture, grade_id)
         g.outcome = replace(
             g.outcome,
             capture=merge_capture(g.outcome.capture, capture, grade_id),
-            summary={**g.outcome.summary, "cells": cells},
+            summary={
+                **g.outcome.summary,
+                "cells": cells,
+                "problems": [*g.outcome.summary.get("problems", []), *unchanged],
+            },
         )
     return True
 

@@ -347,3 +347,38 @@ def test_the_default_held_out_text_is_none_of_the_text_the_course_ships():
     held_out, shipped = DEFAULT_TEXT.read_text(encoding="utf-8"), lm.shakespeare_text()
     assert len(held_out) > 30_000
     assert not any(held_out[i : i + 50] in shipped for i in range(0, len(held_out) - 49, 50))
+
+
+# ----------------------------------------------------------------------------- weights the cell did not train
+
+
+def _capture(cell: str, name: str, value: bytes, kind: str = "lm_loss") -> dict[str, bytes]:
+    import json
+
+    from autograder.runner.protocol import CASES_FILE
+
+    line = {"name": name, "kind": kind, "params": {"seeded": True}, "file": "0000.npy", "cell": cell}
+    return {CASES_FILE: (json.dumps(line) + "\n").encode(), "0000.npy": value}
+
+
+def test_weights_the_same_under_the_graders_seed_are_flagged_and_trained_ones_are_not():
+    """A8's training cell trains from ``MEASURE_SEED`` in the measured run and from its own seed in the notebook's run:
+    a hand-in whose train_lm returns pasted weights records the same bytes in both (the review's forger earned 15 of
+    15 so), a trained model does not. Only the reference says which cases are seeded: a kernel that drops the mark
+    from its own recording changes nothing."""
+    from autograder.grading.measure import unchanged_by_the_seed
+
+    seeded = {"a8.train": Case("a8.train", "lm_loss", {"seeded": True}, "test_training")}
+    unseeded = {"a8.train": Case("a8.train", "lm_loss", {}, "test_training")}
+    main, same = (
+        _capture("test_training", "a8.train", b"weights"),
+        _capture("test_training", "a8.train", b"weights"),
+    )
+    trained = _capture("test_training", "a8.train", b"other weights")
+    (problem,) = unchanged_by_the_seed(seeded, main, same, "test_training")
+    assert problem.startswith("a8.train: the model is the same, byte for byte")
+    assert unchanged_by_the_seed(seeded, main, trained, "test_training") == []
+    assert unchanged_by_the_seed(unseeded, main, same, "test_training") == []  # the source did not ask
+    assert unchanged_by_the_seed(seeded, main, same, "test_cache") == []  # another cell's run
+    other_cell = _capture("test_other", "a8.train", b"weights")  # recorded outside its cell: not this check's
+    assert unchanged_by_the_seed(seeded, main, other_cell, "test_training") == []

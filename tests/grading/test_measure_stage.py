@@ -128,6 +128,8 @@ def test_a_read_only_demonstration_is_left_out_of_the_measured_run_and_nothing_e
     own = cell(None, "mine = 2")
     own.metadata["dlcourse"] = {NOT_MEASURED: True}
     test = cell("test_it", "check('x', answer)", locked=True, solution=False, grade=True, points=1)
-    nb = nbformat.v4.new_notebook(cells=[cell("setup", "import dlcourse", locked=True), demo, claimed, own, test])
+    nb = nbformat.v4.new_notebook(
+        cells=[cell("setup", "import dlcourse", locked=True), demo, claimed, own, test]
+    )
     sources = [c.source for c in measurement_notebook(nb, "test_it", {"cpu_seconds": 5}, seed=3).cells]
     assert sources == ["import dlcourse", "answer = 1", "mine = 2", "MEASURE_SEED = 3", "check('x', answer)"]
