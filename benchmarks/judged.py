@@ -11,6 +11,9 @@ TARGET = 0.90
 # choice) that still meet its specification, so are no fault ("allowed by the specification"). A
 # fingerprint covers the exact mutated code, so an edited solution drops the claim.
 JUDGED_EQUIVALENT: dict[str, str] = {
+    "9094883547183f31": "A8 wsd_schedule, `step >= total` -> `step > total`: at step == total the decay branch "
+    "gives max_lr + (min_lr - max_lr) * decay_steps / decay_steps, which is min_lr up to one rounding (the tests "
+    "compare at rtol 1e-9), the value the solution returns there; every other step takes the same branch as before",
     "b122264cbbf8aef8": "A6 make_optimizer, `step >= total_steps` -> `step > total_steps`: at step == total_steps the "
     "cosine branch gives 0.5 * (1 + cos(pi)) = 0.0 exactly (math.cos(math.pi) is -1.0), the value the solution "
     "returns there, and every other step takes the same branch as before",
