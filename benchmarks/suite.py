@@ -2,7 +2,9 @@
 
 A test session of 50 or more tests writes its slowest-tests table to ``.grading/suite/durations.json``
 (``tests/suite_durations.py``); every ``python -m benchmarks`` copies a table newer than the last kept one to
-``results/suite-<UTC timestamp of the session's end>.json``, and RESULTS.md shows the latest kept table.
+``results/suite-<UTC timestamp of the session's end>.json``, and RESULTS.md shows the latest kept table. Only a
+table of the whole suite is kept (``"whole_suite": true``: no paths, ``-k`` or ``--lf`` chose part of it), so that a
+session of one file's 200 tests never stands for the suite's time.
 """
 
 from __future__ import annotations
@@ -43,8 +45,11 @@ def keep_latest(results: Path, table: Path | None = None) -> Path | None:
     table = table or written()
     try:
         text = table.read_text(encoding="utf-8")
-        name = PREFIX + stamp(json.loads(text)) + ".json"
+        table_data = json.loads(text)
+        name = PREFIX + stamp(table_data) + ".json"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none yet, or not a table
+        return None
+    if table_data.get("whole_suite") is not True:  # part of the suite: not its time
         return None
     kept = sorted(p.name for p in results.glob(PREFIX + "*.json"))
     if kept and kept[-1] >= name:

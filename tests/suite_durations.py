@@ -20,6 +20,19 @@ import pytest
 MIN_TESTS = 50  # a run of one file or a few tests leaves a full run's table in place
 
 
+def whole_suite(config: pytest.Config) -> bool:
+    """Whether the session chose every test the suite has (markers aside, as ``make test``'s ``-m``): no paths or
+    node ids named, no ``-k``, no ``--lf`` and nothing deselected. Only such a table says how long the suite takes."""
+    option = config.option
+    sources = (pytest.Config.ArgsSource.TESTPATHS, pytest.Config.ArgsSource.INVOCATION_DIR)
+    return (
+        getattr(config, "args_source", None) in sources
+        and not getattr(option, "keyword", "")
+        and not getattr(option, "lf", False)
+        and not getattr(option, "deselect", None)
+    )
+
+
 def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -75,6 +88,7 @@ class SuiteDurations:
             "load_average_start": self.load_start,
             "load_average_end": load_average(),
             "markexpr": getattr(self.config.option, "markexpr", "") or None,
+            "whole_suite": whole_suite(self.config),
             "counts": dict(Counter(outcomes.values())),
             "tests": {
                 nodeid: {"seconds": round(seconds, 3), "outcome": outcomes[nodeid]}

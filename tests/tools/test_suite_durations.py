@@ -13,6 +13,8 @@ import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from benchmarks import suite
 from benchmarks.report import load_runs, write_report
 from tests.suite_durations import MIN_TESTS, SuiteDurations
@@ -89,6 +91,9 @@ def test_the_controller_writes_every_tests_seconds_and_outcome(root, tmp_path):
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", table["finished_utc"])
     assert table["args"] == ["-q", "-p", "no:cacheprovider", "-p", "xdist.plugin", "-n", "2", "-m", "not gpu"]
     assert table["xdist_workers"] == 2 and table["markexpr"] == "not gpu" and table["exit_status"] == 1
+    assert (
+        table["whole_suite"] is True
+    )  # no path, -k or --lf: a marker leaves it the suite, as make test's -m
     assert table["cpu_count"] == os.cpu_count()
     assert len(table["load_average_start"]) == 3 and len(table["load_average_end"]) == 3
     assert table["counts"] == {"passed": 62, "failed": 1, "skipped": 1}
@@ -103,6 +108,15 @@ def test_the_controller_writes_every_tests_seconds_and_outcome(root, tmp_path):
     assert tests["test_made_up.py::test_trivial[59]"]["seconds"] < slow
     assert table["wall_seconds"] >= slow
     assert not list((tmp_path / ".grading" / "suite").glob("*.part"))
+
+
+@pytest.mark.parametrize(
+    "part", [["test_made_up.py"], ["-k", "trivial or slow"], ["--deselect", "test_made_up.py::test_fails"]]
+)
+def test_a_session_of_part_of_the_suite_says_so(root, tmp_path, part):
+    run_made_up_session(root, tmp_path, 60, *part)
+    table = json.loads((tmp_path / ".grading" / "suite" / "durations.json").read_text())
+    assert len(table["tests"]) >= MIN_TESTS and table["whole_suite"] is False
 
 
 def report(nodeid: str, when: str, outcome: str, duration: float, **extra) -> SimpleNamespace:
@@ -153,7 +167,7 @@ def made_up_table(finished: str, wall: float) -> dict:
     return {"schema": 1, "finished_utc": finished, "wall_seconds": wall, "args": ["-n", "2", "--dist", "worksteal"],
             "xdist_workers": 2, "cpu_count": 2, "load_average_start": [1.5, 1.0, 0.5],
             "load_average_end": [2.5, 1.2, 0.6], "markexpr": None, "counts": {"passed": 60, "failed": 1}, "exit_status": 1,
-            "tests": tests}  # fmt: skip
+            "whole_suite": True, "tests": tests}  # fmt: skip
 
 
 def test_make_bench_keeps_a_newer_table_only(tmp_path):
@@ -168,6 +182,8 @@ def test_make_bench_keeps_a_newer_table_only(tmp_path):
     assert suite.keep_latest(results, table) is None  # the same table again
     table.write_text(json.dumps(made_up_table("2026-11-26T07:00:46Z", 600.0)))
     assert suite.keep_latest(results, table) is None  # older than the kept one
+    table.write_text(json.dumps({**made_up_table("2026-11-29T00:00:00Z", 60.0), "whole_suite": False}))
+    assert suite.keep_latest(results, table) is None  # newer, but a part of the suite (-k, paths or --lf)
     table.write_text(json.dumps(made_up_table("2026-11-28T00:00:00Z", 600.0)))
     assert suite.keep_latest(results, table).name == "suite-2026-11-28T000000Z.json"
 
