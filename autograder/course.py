@@ -262,6 +262,81 @@ def is_solution(cell) -> bool:
     return bool(nbgrader_meta(cell).get("solution"))
 
 
+DEMONSTRATION = (
+    "demonstration"  # metadata.dlcourse.demonstration on a read-only cell: the grader never runs it
+)
+NOT_MEASURED = (
+    "not_measured"  # metadata.dlcourse.not_measured on a read-only cell: left out of measured runs only
+)
+
+
+def demonstration(cell) -> bool:
+    """A read-only code cell (nbgrader locked, no answer, no test) that the source marks
+    ``metadata.dlcourse.demonstration``: something the student runs and learns from, which earns no autograded
+    point, such as A8's scaling sweep (three models trained: 11 s of every run, and of every capped run's CPU
+    allowance). The grader runs it in none of its runs: neither the reference's nor a hand-in's, nor a measured
+    cell's. Repair puts read-only cells back from the source, so the mark is the source's; leaving a cell out only
+    takes code away, so a hand-in that claims the mark for a cell of its own gains nothing by it; and the
+    conventions (:mod:`autograder.intake.conventions`) and the reference's build refuse a source whose later cells read a name a
+    demonstration defines."""
+    return read_only_marked(cell, DEMONSTRATION)
+
+
+def read_only_marked(cell, key: str) -> bool:
+    """Whether ``cell`` is a read-only code cell (locked, no answer, no test) with ``metadata.dlcourse[key]``."""
+    meta = nbgrader_meta(cell)
+    return (
+        cell.cell_type == "code"
+        and bool(cell.metadata.get("dlcourse", {}).get(key))
+        and bool(meta.get("locked"))
+        and not meta.get("solution")
+        and not meta.get("grade")
+    )
+
+
+def demonstration_problems(notebook) -> list[str]:
+    """Why the grader cannot leave ``notebook``'s demonstrations out of its runs: a later cell that is not one
+    itself reads a name a demonstration assigns (read before that cell assigns it, as far as its text says), so
+    that leaving it out would change what that cell does; or a demonstration's code does not parse. [] if none."""
+    import ast
+
+    found: list[str] = []
+    defined: dict[str, str] = {}  # name -> the demonstration that assigns it
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        gid = nbgrader_meta(cell).get("grade_id") or "an unnamed cell"
+        try:
+            tree = ast.parse(_python(cell.source))
+        except SyntaxError:
+            if demonstration(cell):
+                found.append(f"demonstration {gid} does not parse")
+            continue
+        stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        stored |= {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        stored |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names}  # fmt: skip
+        stored |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}  # a function's parameters
+        if demonstration(cell):
+            defined.update(dict.fromkeys(stored, gid))
+            continue
+        loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for name in sorted((loaded - stored) & set(defined)):
+            found.append(
+                f"cell {gid} reads {name!r}, which demonstration {defined[name]} assigns: the grader does not "
+                "run a demonstration, so a later cell must not need it (assign it in a cell the grader runs)"
+            )
+        for name in stored:
+            defined.pop(name, None)  # assigned again: later reads are this cell's
+    return found
+
+
+def _python(source: str) -> str:
+    """A cell's text as Python: IPython's magics and shell lines (``%``, ``!``) as comments."""
+    return "\n".join(
+        "#" + line if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+
+
 def is_written(cell) -> bool:
     """An answer graded by hand in formgrader (never a case of the reference): a markdown answer cell with
     points (this course's written answers: the source holds the rubric and a model answer between

@@ -6,8 +6,9 @@ beyond what the kernel holds when the cell starts), ``cpu_seconds`` (CPU time, n
 ``cpu_factor`` (CPU time as a multiple of what the solutions took on this machine, so the cap is the same on a
 faster or a slower grader). For each measured cell the grader builds a notebook of the submission's own code
 (every code cell of the repaired notebook that is not a graded test: set-up, given code, the student's answers
-and added cells; not a read-only demonstration the source marks ``metadata.dlcourse.not_measured``, such as A8's
-scaling sweep, whose training would otherwise count against every cap) followed by the measured cell, once, under its caps (no warm-up run of it: a value computed
+and added cells; not a read-only cell the source marks ``metadata.dlcourse.not_measured``, such as A8's Triton
+demonstration, which the feedback shows but whose work would count against every cap, nor one the grader never runs,
+:func:`demonstration`) followed by the measured cell, once, under its caps (no warm-up run of it: a value computed
 there could be kept and handed back; what first calls load counts against the allowance, for the solutions too).
 CPU time is capped from the first cell on, memory from the measured cell on. Just before the measured cell the
 grader sets ``MEASURE_SEED``, a number made from the course's secret seed, which the cell takes its inputs from:
@@ -29,12 +30,19 @@ import json
 
 import nbformat
 
-from autograder.course import is_graded_test, nbgrader_meta
+from autograder.course import (
+    NOT_MEASURED,
+    demonstration,
+    is_graded_test,
+    nbgrader_meta,
+    read_only_marked,
+)
 from autograder.runner.caps import MEASURE_KEY
 from autograder.runner.protocol import CASES_FILE
 
-NOT_MEASURED = (
-    "not_measured"  # metadata.dlcourse.not_measured on a read-only cell of the source: left out of the run
+LEFT_OUT = (
+    "# The grader does not run this cell: a demonstration that earns no points "
+    "(your own run shows what it printed)."
 )
 SEED_NAME = "MEASURE_SEED"  # what a measured cell reads its inputs' seed from (its own default where unset)
 CAPS_KEY = "caps"  # metadata.dlcourse.caps: set by the grader on the capped copy only; the driver enforces it
@@ -77,7 +85,7 @@ def measurement_notebook(
             if nbgrader_meta(cell).get("grade_id") == grade_id:
                 measured = cell
             continue
-        if demonstration(cell):
+        if demonstration(cell) or read_only_marked(cell, NOT_MEASURED):
             continue
         cells.append(copy.deepcopy(cell))
     if measured is None or not cells:
@@ -98,16 +106,16 @@ def measurement_notebook(
     return nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(notebook.metadata))
 
 
-def demonstration(cell) -> bool:
-    """A read-only cell (nbgrader locked, no answer) that the source leaves out of measurement runs. Repair puts
-    read-only cells back from the source, so the mark is the source's; and leaving a cell out only takes code away
-    from the capped run, so a hand-in that claims the mark for a cell of its own gains nothing by it."""
-    meta = nbgrader_meta(cell)
-    return (
-        bool(cell.metadata.get("dlcourse", {}).get(NOT_MEASURED))
-        and bool(meta.get("locked"))
-        and not meta.get("solution")
-    )
+def without_demonstrations(notebook) -> nbformat.NotebookNode:
+    """``notebook`` as the grader runs it: each :func:`demonstration` cell in place (the cells keep their
+    indices), its code replaced by a comment that says why; ``notebook`` itself unchanged."""
+    if not any(demonstration(cell) for cell in notebook.cells):
+        return notebook
+    sent = copy.deepcopy(notebook)
+    for cell in sent.cells:
+        if demonstration(cell):
+            cell.source, cell.outputs = LEFT_OUT, []
+    return sent
 
 
 def measure_seed(course_seed: int, grade_id: str) -> int:

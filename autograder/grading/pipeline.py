@@ -42,6 +42,7 @@ from autograder.grading.measure import (
     measurement_notebook,
     merge_capture,
     unchanged_by_the_seed,
+    without_demonstrations,
 )
 from autograder.grading.reference import Reference, source_inputs
 from autograder.grading.tamper import given_code, scan
@@ -166,7 +167,7 @@ def run_stage(b: Batch, g: Grading) -> bool:
     """Run the repaired notebook in a sandboxed child (the seam where another runner plugs in)."""
     if g.sandbox is None:
         g.sandbox = b.sandbox().start()
-    g.outcome = g.sandbox.run(g.repaired.notebook, files=g.files)
+    g.outcome = g.sandbox.run(without_demonstrations(g.repaired.notebook), files=g.files)
     if g.outcome.status == "error":  # nothing of the student's ran: no verdict, no score
         g.result.status, g.result.reason = run_status(g.outcome, [], b.limits)
         g.result.detail = g.outcome.detail[-2000:]

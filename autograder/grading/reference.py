@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
-from autograder.course import Course, is_graded_test, is_written, nbgrader_meta
+from autograder.course import Course, demonstration_problems, is_graded_test, is_written, nbgrader_meta
 from autograder.grading.decisions import (
     RUN_KEY_FILE,
     recheck_calibration,
@@ -50,6 +50,7 @@ from autograder.grading.measure import (
     measurement_notebook,
     merge_capture,
     spec_of,
+    without_demonstrations,
 )
 from autograder.intake.handin import assignment_files, frameworks_used
 from autograder.settings import Settings
@@ -432,7 +433,7 @@ def _run_source(course: Course, aid: str, settings: Settings, nb, threads: int, 
         private=course.private_folders(),
     )
     sandbox.start()
-    return sandbox, sandbox.run(nb, files=files)
+    return sandbox, sandbox.run(without_demonstrations(nb), files=files)
 
 
 def _build(course: Course, aid: str, digest: str, key: str, settings: Settings | None, say=None) -> Reference:
@@ -568,6 +569,9 @@ def _graded_cells(aid: str, sources: dict) -> tuple[dict, dict, dict]:
     notebooks: dict[str, dict] = {}
     written: dict[str, float] = {}
     for name, nb in sources.items():
+        left_out = demonstration_problems(nb)
+        if left_out:
+            raise ValueError(f"{aid}: {left_out[0]}")
         marked = mark_test_cells(nb)
         shared = set(marked) & set(cells) or set(written_cells(nb)) & (set(written) | set(cells))
         if shared:

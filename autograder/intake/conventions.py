@@ -11,7 +11,14 @@ import ast
 import re
 import textwrap
 
-from autograder.course import Course, is_graded_test, is_solution, is_written, nbgrader_meta
+from autograder.course import (
+    Course,
+    demonstration_problems,
+    is_graded_test,
+    is_solution,
+    is_written,
+    nbgrader_meta,
+)
 
 TOTAL_POINTS = 100
 SETUP_ID = "setup"
@@ -100,6 +107,7 @@ def problems(course: Course, aid: str) -> list[str]:
         if cell.cell_type == "code" and "### BEGIN SOLUTION" not in cell.source:
             found.append(f"answer cell {nbgrader_meta(cell)['grade_id']} has no ### BEGIN SOLUTION block")
     found += written_problems(nb)
+    found += demonstration_problems(nb)
     for cell in tests:
         grade_id = nbgrader_meta(cell).get("grade_id")
         if "### BEGIN HIDDEN TESTS" not in cell.source:
