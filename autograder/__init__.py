@@ -4,7 +4,7 @@ Run it as ``python -m autograder --help``. What other code (the benchmarks, a co
 is :mod:`autograder.api`: ``from autograder.api import grade``. This file imports nothing, so a sandboxed
 child that imports one module of the package loads nothing else.
 
-The package is four wings over a shared vocabulary; a wing imports only from the wings before it (the rule is
+The package is its wings over a shared vocabulary; a wing imports only from the wings before it (the rule is
 ``tests/tools/test_structure.py``'s):
 
 - the vocabulary, here: :mod:`~autograder.course` (where a course's files are), :mod:`~autograder.result`
@@ -17,6 +17,8 @@ The package is four wings over a shared vocabulary; a wing imports only from the
   verdict decided outside the kernel;
 - :mod:`autograder.outputs`: what goes back (feedback pages, grade sheets, exports, the class report,
   similarity);
+- :mod:`autograder.service`: the HTTP door students hand in through from the notebook, with its store of
+  submissions and tokens and the thread that grades its queue;
 - :mod:`autograder.commands`: the command line and the workflows that chain the wings; and the doors
   :mod:`autograder.api` and ``python -m autograder``.
 

@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dates(sub)
     _add_reports(sub)
     _add_whole_runs(sub)
+    _add_service(sub)
     _add_authoring(sub)
     return parser
 
@@ -304,6 +305,97 @@ TABLE_HELP = (
     "end with a table of this run's results sorted by student (default: the totals; a line per submission is "
     "printed as each one finishes)"
 )
+
+
+def cmd_serve(args) -> int:
+    from autograder.service.app import serve
+    from autograder.service.config import load
+
+    config = load(args.course.root, Path(args.config) if args.config else None)
+    serve(args.course, config, Settings.from_args(args, args.course), args.host, args.port)
+    return 0
+
+
+def cmd_tokens(args) -> int:
+    import csv
+    import os
+
+    from autograder.intake.collect import read_roster
+    from autograder.service.store import Store
+
+    store = Store(args.course.work / "service")
+    if args.action == "revoke":
+        for sid in args.student or []:
+            print(f"{sid}: {store.tokens.revoke(sid)} token(s) revoked")
+        return 0
+    if args.action == "instructor":
+        print(store.tokens.issue("instructor", role="instructor"))
+        return 0
+    if args.roster:  # the LMS's roster, as collect reads it: bound to the student id and the LMS user id
+        pairs = sorted((sid, lms) for lms, sid in read_roster(Path(args.roster)).ids.items())
+    else:  # the gradebook's students (nbgrader's, or those collect added), with the LMS ids collect bound
+        pairs = gradebook_roster(args.course)
+    if args.student:
+        known = dict(pairs)
+        pairs = [(sid, known.get(sid, "")) for sid in args.student]
+    if not pairs:
+        print(
+            "error: no students: name them with --student, a --roster CSV, or import them into the gradebook"
+        )
+        return 2
+    out = (
+        open(os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", newline="")
+        if args.out
+        else sys.stdout
+    )  # noqa: SIM115
+    writer = csv.writer(out)
+    writer.writerow(["student_id", "lms_id", "token"])
+    for sid, lms in pairs:
+        writer.writerow([sid, lms, store.tokens.issue(sid, lms_id=lms)])
+    if args.out:
+        out.close()
+        print(
+            f"{len(pairs)} token(s) written to {args.out} (readable by you only); each student's earlier one is revoked"
+        )
+    return 0
+
+
+def gradebook_roster(course: Course) -> list[tuple[str, str]]:
+    """(student id, LMS user id or "") of every student in the course's gradebook."""
+    from autograder.gradebook import open_gradebook
+
+    book = open_gradebook(course)
+    if book is None:
+        return []
+    with book as gb:
+        return sorted((s.id, s.lms_user_id or "") for s in gb.students)
+
+
+def _add_service(sub) -> None:
+    """The commands serve, tokens: the grader as a service students submit to from the notebook."""
+    from autograder.service.config import describe
+
+    p = sub.add_parser(
+        "serve",
+        help="run the grader as a service students submit to from the notebook (dlcourse.submit)",
+        description="Serve the course over HTTP on the loopback interface (put a TLS proxy in front for a "
+        "class). Its settings come from service.toml in the course's folder:\n" + describe(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the interface to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="the port (default: 8000)")
+    p.add_argument("--config", help="the settings file (default: service.toml in the course's folder)")
+    add_grading_options(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("tokens", help="issue, revoke or make the service's tokens")
+    p.add_argument("action", choices=["issue", "revoke", "instructor"])
+    p.add_argument("--student", action="append", help="this student only (repeatable)")
+    p.add_argument("--roster", help="a CSV of lms_id,student_id[,name], as collect reads it")
+    p.add_argument(
+        "--out", help="write the tokens to this CSV (made readable by you only) instead of printing"
+    )
+    p.set_defaults(func=cmd_tokens)
 
 
 def _add_grading(sub) -> None:

@@ -133,7 +133,7 @@ def too_many_parameters(package: Path) -> list[str]:
 # The wings of ``autograder``, in order: a module imports only from the vocabulary (the package's own modules
 # that are not doors), its own wing and the wings before it; the doors (what other code and ``python -m``
 # enter by) may import anything, and nothing imports them.
-WINGS = ("runner", "intake", "grading", "outputs", "commands")
+WINGS = ("runner", "intake", "grading", "outputs", "service", "commands")
 DOORS = ("api", "__main__")
 
 
@@ -275,8 +275,13 @@ def test_a_flat_name_from_before_the_wings_is_the_same_module():
 
     for old, new in OLD_NAMES.items():
         assert importlib.import_module(old) is importlib.import_module(new), old
+    since = ("service",)  # wings made after the flat names were left: they never had one
     assert {n.rsplit(".", 1)[1] for n in OLD_NAMES} == {
-        p.stem for w in WINGS[1:] for p in (ROOT / "autograder" / w).glob("*.py") if p.stem != "__init__"
+        p.stem
+        for w in WINGS[1:]
+        if w not in since
+        for p in (ROOT / "autograder" / w).glob("*.py")
+        if p.stem != "__init__"
     }
 
 

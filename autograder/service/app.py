@@ -1,0 +1,307 @@
+"""The service's door: an ASGI application (Starlette, served by uvicorn) through which a student hands in a notebook
+and reads what the hidden tests found, and the instructor watches the queue.
+
+Every route but ``/healthz`` wants a token in the ``Authorization: Bearer`` header (never in a URL, so never in a
+log): a student's sees and submits only that student's work, the instructor's sees everything. A submission is
+checked before its body is read (the token, the assignment's door, the size the client declares, the student's
+rate), read up to the size limit and no further, and kept durably before its id is sent back
+(:mod:`autograder.service.store`). Another student's submission is answered as one that does not exist. Every
+answer is JSON or a feedback page made safe by the grader (no script runs in it), with a content-security policy
+that lets nothing load, no caching and no referrer. TLS is a reverse proxy's job (the README shows one).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import sqlite3
+import statistics
+from datetime import UTC, timedelta
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from autograder.course import Course
+from autograder.intake.late import deadlines
+from autograder.service.config import ServiceConfig
+from autograder.service.store import Store, Submission, Who, parse_stamp, utc_now
+from autograder.service.worker import Worker
+
+HEADERS = {
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+    "x-frame-options": "DENY",
+    "cross-origin-resource-policy": "same-origin",
+}
+WINDOW = timedelta(hours=1)
+IDEMPOTENCY_KEY_CHARS = 200
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class Service:
+    """The routes, over one course, its store and its grader thread."""
+
+    def __init__(self, course: Course, store: Store, worker: Worker, config: ServiceConfig):
+        self.course, self.store, self.worker, self.config = course, store, worker, config
+
+    # who and what ---------------------------------------------------------------------------------------------
+
+    def who(self, request: Request) -> Who:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        who = self.store.tokens.who(token.strip()) if scheme.lower() == "bearer" else None
+        if who is None:
+            raise Refused(
+                401, "a valid token is needed (Authorization: Bearer <token>)", {"www-authenticate": "Bearer"}
+            )
+        return who
+
+    def visible(self, who: Who, sid: str) -> Submission:
+        submission = self.store.get(sid) if len(sid) == 32 and sid.isalnum() else None
+        if submission is None or not (who.instructor or submission.student_id == who.student_id):
+            raise Refused(404, "no such submission")  # another's is answered as one that does not exist
+        return submission
+
+    def before_deadline(self, submission: Submission) -> bool:
+        due = deadlines(self.course, submission.aid).due_for(submission.student_id)
+        return due is None or utc_now() < due.replace(tzinfo=UTC)
+
+    def shown(self, who: Who, submission: Submission) -> dict:
+        """What ``who`` may see of ``submission``: as the course's feedback rule says before the deadline."""
+        view = {
+            "id": submission.id,
+            "assignment": submission.aid,
+            "student": submission.student_id,
+            "received": submission.received_utc,
+            "state": submission.state,
+            "queue_position": self.store.position(submission),
+        }
+        door = self.worker.door(submission.aid)
+        if submission.state == "queued" and door is not None and door.state != "open":
+            view["waiting"] = door.reason or "the grader is proving itself on this assignment"
+        if submission.state == "error":
+            view["error"] = "the grader could not grade this submission; your instructor has been told"
+        if submission.state != "graded":
+            return view
+        rule = (
+            "all" if who.instructor or not self.before_deadline(submission) else self.config.before_deadline
+        )
+        view.update(
+            score=submission.score, max_score=submission.max_score, status=submission.status, feedback=rule
+        )
+        if rule in ("parts", "all"):
+            view["parts"] = [
+                {k: c[k] for k in ("grade_id", "points", "max_points", "failed_cases")}
+                | ({"message": c["message"]} if rule == "all" else {})
+                for c in submission.cells or []
+            ]
+        if rule == "all":
+            view["reason"] = submission.reason
+            view["feedback_page"] = f"/api/submissions/{submission.id}/feedback"
+        return view
+
+    # routes ---------------------------------------------------------------------------------------------------
+
+    async def submit(self, request: Request) -> Response:
+        who = await run_in_threadpool(self.who, request)
+        aid = request.path_params["aid"]
+        door = self.worker.door(aid)
+        if door is None:
+            raise Refused(404, f"{aid[:40]!r} takes no submissions here")
+        if door.state == "closed":
+            raise Refused(409, f"{aid} is closed: {door.reason}")
+        if who.instructor:
+            raise Refused(403, "the instructor's token submits for no student")
+        key = request.headers.get("idempotency-key")
+        if key is not None and not (0 < len(key) <= IDEMPOTENCY_KEY_CHARS and key.isprintable()):
+            raise Refused(400, f"an Idempotency-Key is 1 to {IDEMPOTENCY_KEY_CHARS} printable characters")
+        if key is not None:
+            earlier = await run_in_threadpool(self.store.by_key, who.student_id, key)
+            if earlier is not None:  # a retry: the first request's submission, nothing new
+                return JSONResponse(self.shown(who, earlier), status_code=200)
+        await run_in_threadpool(self.rate, who.student_id, aid)
+        body = await self.read_body(request)
+        try:
+            notebook = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise Refused(400, f"not a notebook: the body is not JSON ({str(err)[:100]})") from None
+        if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+            raise Refused(400, "not a notebook: a notebook is a JSON object with a list of cells")
+        try:
+            submission, new = await run_in_threadpool(self.store.add, who.student_id, aid, body, key)
+        except OSError as err:
+            raise Refused(
+                507, f"the server cannot keep the submission now ({err.strerror}); nothing was kept"
+            ) from None
+        self.worker.wake.set()
+        return JSONResponse(self.shown(who, submission), status_code=202 if new else 200)
+
+    def rate(self, student_id: str, aid: str) -> None:
+        now = utc_now()
+        recent = self.store.recent(student_id, aid, WINDOW, now)
+        if len(recent) >= self.config.per_hour:
+            oldest = parse_stamp(recent[-self.config.per_hour])
+            wait = max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
+            raise Refused(
+                429,
+                f"{self.config.per_hour} submissions of {aid} an hour at most: the next one in {wait} s",
+                {"retry-after": str(wait)},
+            )
+
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.config.max_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise Refused(413, f"a notebook of at most {self.config.max_notebook_mb:g} MB is taken")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise Refused(413, f"a notebook of at most {self.config.max_notebook_mb:g} MB is taken")
+        return bytes(body)
+
+    def submission(self, request: Request) -> Response:
+        who = self.who(request)
+        return JSONResponse(self.shown(who, self.visible(who, request.path_params["sid"])))
+
+    def feedback(self, request: Request) -> Response:
+        who = self.who(request)
+        submission = self.visible(who, request.path_params["sid"])
+        if submission.state != "graded":
+            raise Refused(409, f"not graded yet ({submission.state})")
+        if not who.instructor and self.before_deadline(submission) and self.config.before_deadline != "all":
+            raise Refused(
+                403, "the feedback page opens after the deadline; until then you see each part's score"
+            )
+        page = self.store.feedback / f"{submission.id}.html"
+        return HTMLResponse(page.read_text(encoding="utf-8"))
+
+    def submissions(self, request: Request) -> Response:
+        who = self.who(request)
+        aid = request.query_params.get("assignment")
+        listed = self.store.listed(None if who.instructor else who.student_id, aid, limit=200)
+        return JSONResponse({"submissions": [self.shown(who, s) for s in listed]})
+
+    def assignments(self, request: Request) -> Response:
+        self.who(request)
+        return JSONResponse({
+            "assignments": {aid: {"state": d.state, "reason": d.reason} for aid, d in self.worker.doors.items()},
+            "per_hour": self.config.per_hour,
+        })  # fmt: skip
+
+    def status(self, request: Request) -> Response:
+        """The instructor's view: the queue, time to feedback, errors, each student's latest score."""
+        who = self.who(request)
+        if not who.instructor:
+            raise Refused(403, "the instructor's token only")
+        listed = self.store.listed(limit=100000)
+        waits = sorted(
+            (parse_stamp(s.finished_utc) - parse_stamp(s.received_utc)).total_seconds()
+            for s in listed
+            if s.state == "graded" and s.finished_utc
+        )
+        latest: dict[str, dict] = {}
+        for s in listed:  # newest first: the first seen is the latest
+            latest.setdefault(f"{s.student_id}/{s.aid}", {
+                "student": s.student_id, "assignment": s.aid, "state": s.state, "score": s.score,
+                "received": s.received_utc, "feedback_page": f"/api/submissions/{s.id}/feedback",
+            })  # fmt: skip
+        return JSONResponse({
+            "counts": self.store.counts(),
+            "seconds_to_feedback": {
+                "p50": statistics.median(waits) if waits else None,
+                "p95": waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else None,
+                "max": waits[-1] if waits else None,
+            },
+            "errors": [{"id": s.id, "student": s.student_id, "reason": s.reason} for s in listed if s.state == "error"],
+            "latest": list(latest.values()),
+            "assignments": {aid: {"state": d.state, "reason": d.reason} for aid, d in self.worker.doors.items()},
+        })  # fmt: skip
+
+    def health(self, request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+
+def application(service: Service) -> Starlette:
+    def guarded(handler):
+        async def endpoint(request: Request) -> Response:
+            try:
+                if inspect.iscoroutinefunction(handler):
+                    return await handler(request)
+                return await run_in_threadpool(handler, request)
+            except Refused as refused:
+                return error(refused.status, refused.message, refused.headers)
+            except sqlite3.OperationalError:  # the store is busy or away: nothing half-written, try again
+                return error(503, "the service is busy; try again shortly", {"retry-after": "2"})
+
+        return endpoint
+
+    routes = [
+        Route("/healthz", guarded(service.health)),
+        Route("/api/assignments", guarded(service.assignments)),
+        Route("/api/assignments/{aid}/submissions", guarded(service.submit), methods=["POST"]),
+        Route("/api/submissions", guarded(service.submissions)),
+        Route("/api/submissions/{sid}", guarded(service.submission)),
+        Route("/api/submissions/{sid}/feedback", guarded(service.feedback)),
+        Route("/api/status", guarded(service.status)),
+    ]
+    return SecurityHeaders(Starlette(routes=routes))
+
+
+class SecurityHeaders:
+    """Adds :data:`HEADERS` to every response (pure ASGI: the body streams through untouched)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.decode().lower() not in HEADERS]
+                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        return await self.app(scope, receive, sending)
+
+
+def serve(course: Course, config: ServiceConfig, settings, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the service until it is stopped (Ctrl-C, SIGTERM): the grader thread, then uvicorn in this thread."""
+    import uvicorn
+
+    from autograder.runner.isolation import resolved
+
+    settings = resolved(settings)
+    store = Store(course.work / "service")
+    worker = Worker(course, store, config, settings)
+    worker.start()
+    app = application(Service(course, store, worker, config))
+    print(
+        f"autograder service for {course.root} on http://{host}:{port} "
+        f"(open once proved: {', '.join(worker.doors) or 'nothing'}; "
+        f"{settings.workers} workers, {settings.isolation.mode} isolation)",
+        flush=True,
+    )
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=True, server_header=False)
+    finally:
+        worker.stop()

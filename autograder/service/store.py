@@ -1,0 +1,378 @@
+"""What the service keeps: the tokens it issued (as hashes) and every submission it acknowledged, in one SQLite file
+in the grader's folder (``.grading/service/service.sqlite``), beside each submission's bytes.
+
+A submission is durable before it is acknowledged: its bytes are written to a file of their own and flushed to disk,
+then its row is committed, and only then does the service answer with its id. A row goes ``queued`` -> ``running``
+-> ``graded`` (or ``error``: the grader failed it three times; never a score); a service that restarts puts the rows
+it was running back in the queue, so every acknowledged submission is graded, and its result recorded, once. The
+received time is the server's clock. A client's retry with the same idempotency key finds the row it made and
+makes none.
+
+Tokens are random (32 bytes from :mod:`secrets`), shown once when issued, and kept only as their SHA-256; a
+request's token is hashed, looked up, and compared in constant time. Each is bound to a student id (and the LMS
+user id ``collect`` binds to it, where known) or is the instructor's; issuing a new one for a student revokes the
+old.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    digest TEXT PRIMARY KEY,
+    student_id TEXT NOT NULL,
+    lms_id TEXT NOT NULL DEFAULT '',
+    role TEXT NOT NULL CHECK (role IN ('student', 'instructor')),
+    issued_utc TEXT NOT NULL,
+    revoked_utc TEXT
+);
+CREATE TABLE IF NOT EXISTS submissions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE NOT NULL,
+    student_id TEXT NOT NULL,
+    aid TEXT NOT NULL,
+    received_utc TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    idempotency_key TEXT,
+    state TEXT NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'graded', 'error')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    started_utc TEXT,
+    finished_utc TEXT,
+    score REAL,
+    max_score REAL,
+    status TEXT,
+    reason TEXT,
+    cells TEXT,
+    UNIQUE (student_id, idempotency_key)
+);
+CREATE INDEX IF NOT EXISTS submissions_by_student ON submissions (student_id, aid, received_utc);
+CREATE INDEX IF NOT EXISTS submissions_by_state ON submissions (state, seq);
+"""
+MAX_ATTEMPTS = 3  # the grader's failures on one submission before it is shown as an error
+KEY_CHARS = 200  # an idempotency key's length at most
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_stamp(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Who:
+    """The holder of a valid token."""
+
+    student_id: str
+    role: str  # "student" or "instructor"
+    lms_id: str = ""
+
+    @property
+    def instructor(self) -> bool:
+        return self.role == "instructor"
+
+
+@dataclass(frozen=True)
+class Submission:
+    seq: int
+    id: str
+    student_id: str
+    aid: str
+    received_utc: str
+    sha256: str
+    size: int
+    state: str
+    attempts: int
+    started_utc: str | None
+    finished_utc: str | None
+    score: float | None
+    max_score: float | None
+    status: str | None
+    reason: str | None
+    cells: list | None
+
+    @classmethod
+    def of(cls, row: sqlite3.Row) -> Submission:
+        values = {k: row[k] for k in row.keys() if k in cls.__dataclass_fields__}
+        values["cells"] = json.loads(row["cells"]) if row["cells"] else None
+        return cls(**values)
+
+
+class Database:
+    """One SQLite file: a connection per use (each thread makes its own)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection of its own (each thread makes one), committed on success, always closed."""
+        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")  # a committed row survives the machine's crash too
+            db.execute("PRAGMA foreign_keys=ON")
+            yield db
+        finally:
+            db.close()
+
+
+class Tokens(Database):
+    """The tokens the service issued, kept as their hashes."""
+
+    # tokens -----------------------------------------------------------------------------------------------------
+
+    def issue(self, student_id: str, role: str = "student", lms_id: str = "") -> str:
+        """A new token for ``student_id`` (its earlier ones revoked); returned once, kept as its hash."""
+        token = secrets.token_urlsafe(32)
+        now = stamp(utc_now())
+        with self.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "UPDATE tokens SET revoked_utc = ? WHERE student_id = ? AND role = ? AND revoked_utc IS NULL",
+                (now, student_id, role),
+            )
+            db.execute(
+                "INSERT INTO tokens (digest, student_id, lms_id, role, issued_utc) VALUES (?, ?, ?, ?, ?)",
+                (token_digest(token), student_id, lms_id, role, now),
+            )
+            db.execute("COMMIT")
+        return token
+
+    def revoke(self, student_id: str) -> int:
+        """Revoke every token of ``student_id``; how many were live."""
+        with self.connect() as db:
+            cursor = db.execute(
+                "UPDATE tokens SET revoked_utc = ? WHERE student_id = ? AND revoked_utc IS NULL",
+                (stamp(utc_now()), student_id),
+            )
+            return cursor.rowcount
+
+    def who(self, token: str | None) -> Who | None:
+        """The holder of ``token``, or None where it is missing, unknown or revoked."""
+        if not token or len(token) > 200:
+            return None
+        digest = token_digest(token)
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT digest, student_id, lms_id, role FROM tokens WHERE digest = ? AND revoked_utc IS NULL",
+                (digest,),
+            ).fetchone()
+        if row is None or not hmac.compare_digest(row["digest"], digest):
+            return None
+        return Who(row["student_id"], row["role"], row["lms_id"])
+
+
+class Store(Database):
+    """The service's SQLite file and its submissions' folder, under ``folder``; :attr:`tokens` in the same file."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.files = self.folder / "submissions"
+        self.feedback = self.folder / "feedback"
+        for path in (self.folder, self.files, self.feedback):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        super().__init__(self.folder / "service.sqlite")
+        with self.connect() as db:
+            db.executescript(SCHEMA)
+        self.tokens = Tokens(self.path)
+
+    # submissions ------------------------------------------------------------------------------------------------
+
+    def add(self, student_id: str, aid: str, body: bytes, key: str | None = None) -> tuple[Submission, bool]:
+        """Keep ``body`` as a new submission of ``student_id`` to ``aid``: its bytes on disk and flushed, then its
+        row committed. With an idempotency ``key`` this student used before, the earlier submission and no new
+        one. Returns (the submission, whether it is new)."""
+        if key is not None:
+            earlier = self.by_key(student_id, key)
+            if earlier is not None:
+                return earlier, False
+        sid = uuid.uuid4().hex
+        target = self.files / f"{sid}.ipynb"
+        _write_durably(target, body)
+        try:
+            with self.connect() as db:
+                db.execute(
+                    "INSERT INTO submissions (id, student_id, aid, received_utc, sha256, size, idempotency_key) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        sid,
+                        student_id,
+                        aid,
+                        stamp(utc_now()),
+                        hashlib.sha256(body).hexdigest(),
+                        len(body),
+                        key,
+                    ),
+                )
+        except sqlite3.IntegrityError:  # the same key at the same moment: the other request's row stands
+            target.unlink(missing_ok=True)
+            earlier = self.by_key(student_id, key)
+            if earlier is None:
+                raise
+            return earlier, False
+        except BaseException:
+            target.unlink(missing_ok=True)  # no row: the bytes are no submission
+            raise
+        return self.get(sid), True
+
+    def by_key(self, student_id: str, key: str) -> Submission | None:
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT * FROM submissions WHERE student_id = ? AND idempotency_key = ?", (student_id, key)
+            ).fetchone()
+        return Submission.of(row) if row else None
+
+    def get(self, sid: str) -> Submission | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM submissions WHERE id = ?", (sid,)).fetchone()
+        return Submission.of(row) if row else None
+
+    def body(self, submission: Submission) -> bytes:
+        return (self.files / f"{submission.id}.ipynb").read_bytes()
+
+    def listed(
+        self, student_id: str | None = None, aid: str | None = None, limit: int = 1000
+    ) -> list[Submission]:
+        """Submissions, newest first: one student's (None: everyone's), of one assignment (None: all)."""
+        query, args = "SELECT * FROM submissions WHERE 1 = 1", []
+        if student_id is not None:
+            query, args = query + " AND student_id = ?", [*args, student_id]
+        if aid is not None:
+            query, args = query + " AND aid = ?", [*args, aid]
+        with self.connect() as db:
+            rows = db.execute(query + " ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
+        return [Submission.of(r) for r in rows]
+
+    def recent(self, student_id: str, aid: str, window: timedelta, now: datetime) -> list[str]:
+        """The received times of ``student_id``'s submissions to ``aid`` within ``window`` before ``now``."""
+        with self.connect() as db:
+            rows = db.execute(
+                "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
+                "ORDER BY received_utc",
+                (student_id, aid, stamp(now - window)),
+            ).fetchall()
+        return [r["received_utc"] for r in rows]
+
+    def position(self, submission: Submission) -> int | None:
+        """1 for the next to be graded (or being graded), None once it is done."""
+        if submission.state not in ("queued", "running"):
+            return None
+        with self.connect() as db:
+            (ahead,) = db.execute(
+                "SELECT COUNT(*) FROM submissions WHERE state IN ('queued', 'running') AND seq < ?",
+                (submission.seq,),
+            ).fetchone()
+        return ahead + 1
+
+    def resume(self) -> int:
+        """At start: the rows a stopped service was grading go back to the queue; how many."""
+        with self.connect() as db:
+            return db.execute("UPDATE submissions SET state = 'queued' WHERE state = 'running'").rowcount
+
+    def claim(self, aids: set[str], limit: int) -> list[Submission]:
+        """Up to ``limit`` queued submissions to grade now, oldest first, at most one per student and assignment
+        (a student's next waits for the one before it: the gradebook holds one hand-in each), of ``aids`` only;
+        marked running."""
+        if not aids:
+            return []
+        marks = ",".join("?" * len(aids))
+        with self.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            rows = db.execute(
+                f"SELECT * FROM submissions WHERE state = 'queued' AND aid IN ({marks}) ORDER BY seq",
+                tuple(sorted(aids)),
+            ).fetchall()
+            chosen, seen = [], set()
+            for row in rows:
+                if (row["student_id"], row["aid"]) in seen:
+                    continue
+                seen.add((row["student_id"], row["aid"]))
+                chosen.append(row)
+                if len(chosen) >= limit:
+                    break
+            now = stamp(utc_now())
+            for row in chosen:
+                db.execute(
+                    "UPDATE submissions SET state = 'running', attempts = attempts + 1, started_utc = ? WHERE seq = ?",
+                    (now, row["seq"]),
+                )
+            db.execute("COMMIT")
+        return [self.get(row["id"]) for row in chosen]
+
+    def finish(self, sid: str, score: float, max_score: float, status: str, reason: str, cells: list) -> None:
+        with self.connect() as db:
+            db.execute(
+                "UPDATE submissions SET state = 'graded', finished_utc = ?, score = ?, max_score = ?, status = ?, "
+                "reason = ?, cells = ? WHERE id = ? AND state = 'running'",
+                (stamp(utc_now()), score, max_score, status, reason, json.dumps(cells), sid),
+            )
+
+    def failed(self, sid: str, reason: str) -> str:
+        """The grader failed ``sid``: back to the queue, or after :data:`MAX_ATTEMPTS` an error (no score). Its
+        new state."""
+        with self.connect() as db:
+            db.execute(
+                "UPDATE submissions SET state = CASE WHEN attempts >= ? THEN 'error' ELSE 'queued' END, "
+                "reason = ?, finished_utc = CASE WHEN attempts >= ? THEN ? END WHERE id = ? AND state = 'running'",
+                (MAX_ATTEMPTS, reason, MAX_ATTEMPTS, stamp(utc_now()), sid),
+            )
+            (state,) = db.execute("SELECT state FROM submissions WHERE id = ?", (sid,)).fetchone()
+        return state
+
+    def requeue(self, sid: str, reason: str) -> None:
+        """Back to the queue without counting an attempt (the assignment closed while it waited)."""
+        with self.connect() as db:
+            db.execute(
+                "UPDATE submissions SET state = 'queued', attempts = MAX(attempts - 1, 0), reason = ? "
+                "WHERE id = ? AND state = 'running'",
+                (reason, sid),
+            )
+
+    def counts(self) -> dict[str, int]:
+        with self.connect() as db:
+            rows = db.execute("SELECT state, COUNT(*) AS n FROM submissions GROUP BY state").fetchall()
+        return {r["state"]: r["n"] for r in rows}
+
+
+def _write_durably(target: Path, body: bytes) -> None:
+    """``body`` at ``target``, on disk before this returns (the file and its folder's entry flushed)."""
+    part = target.with_name(target.name + ".part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(part, target)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    folder = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -1,0 +1,188 @@
+"""The grading service as it runs: ``python -m autograder serve`` (uvicorn on the loopback interface) over the toy
+course, driven by ``dlcourse.submit`` (what a student calls in the notebook) and by plain HTTP requests: what each
+role may see and do, the checks made before a body is read, and a service killed mid-queue that loses nothing."""
+
+from __future__ import annotations
+
+import csv
+import json
+import socket
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.course import Course
+from autograder.intake.release import release
+from autograder.intake.samples import filled
+from autograder.service.store import Store
+from tests.fixtures import service
+from tests.fixtures.fake_sandbox import answered
+from tests.fixtures.toy_course import make_course
+from tests.fixtures.warm import warm_toy
+
+WRONG_SQUARE = "def square(x):\n    return x * 2"
+STUDENTS = ("alice", "bob", "carol", "rita")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """The toy course released, tokens issued, the service started with T1 open (4 submissions an hour)."""
+    tmp = tmp_path_factory.mktemp("service")
+    root = warm_toy(make_course(tmp / "course"), tmp / "own")
+    course = Course(root=root)
+    release(course, ["T1"])
+    (root / "service.toml").write_text('open = ["T1"]\nper_hour = 4\nmax_notebook_mb = 0.5\n')
+    store = Store(course.work / "service")
+    tokens = {sid: store.tokens.issue(sid) for sid in STUDENTS}
+    tokens["instructor"] = store.tokens.issue("instructor", role="instructor")
+    revoked = store.tokens.issue("mallory")
+    store.tokens.revoke("mallory")
+    server = service.start(root, tmp / "service.log", "--workers", "1")
+    try:
+        server.wait_open("T1", tokens["alice"])
+        yield course, server, tokens, revoked
+    finally:
+        service.stop(server)
+
+
+def notebook_bytes(course: Course, **answers: str) -> bytes:
+    return nbformat.writes(answered(filled(course, "T1"), **answers)).encode()
+
+
+def test_a_student_submits_from_the_notebook_and_sees_which_hidden_cases_failed(served, tmp_path, capsys):
+    from dlcourse.submit import submit
+
+    course, server, tokens, _ = served
+    path = tmp_path / "T1.ipynb"
+    path.write_bytes(notebook_bytes(course, square=WRONG_SQUARE))
+    shown = submit("T1", server.url, tokens["bob"], notebook=path)
+    assert shown["state"] == "graded" and shown["score"] == 60.0 and shown["max_score"] == 100.0
+    parts = {p["grade_id"]: p for p in shown["parts"]}
+    assert parts["test_square"]["points"] == 0.0 and parts["test_scale"]["points"] == 60.0
+    assert "t1.square.random" in parts["test_square"]["failed_cases"]  # which hidden case, by name
+    assert (
+        all("message" not in p for p in shown["parts"]) and "feedback_page" not in shown
+    )  # before the deadline
+    printed = capsys.readouterr().out
+    assert "in the queue, number" in printed and "T1: 60 / 100" in printed and "failed: " in printed
+    # the same gradebook the command line uses: its export has bob's score
+    grades = tmp_path / "grades.csv"
+    done = service.subprocess.run(
+        [service.sys.executable, "-m", "autograder", "--course", str(course.root), "export", "--to", str(grades),
+         "--assignment", "T1"],
+        capture_output=True, text=True, cwd=service.ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(grades.open()))
+    assert [float(r["score"]) for r in rows if r["student_id"] == "bob"] == [60.0], rows
+
+
+def test_the_instructor_sees_everything_and_a_student_only_their_own(served):
+    course, server, tokens, revoked = served
+    sent = server.call("POST", "/api/assignments/T1/submissions", tokens["carol"], notebook_bytes(course))
+    assert sent.status == 202, sent.body
+    sid = sent.body["id"]
+    graded = server.wait_graded(tokens["carol"], sid)
+    assert graded["score"] == 100.0
+    for who, status in [(None, 401), ("not-a-token", 401), (revoked, 401), (tokens["alice"], 404)]:
+        for path in (f"/api/submissions/{sid}", f"/api/submissions/{sid}/feedback"):
+            answer = server.call("GET", path, who)
+            assert answer.status == status, (who, path, answer.body)
+            assert "carol" not in json.dumps(answer.body)  # nothing of hers, not even that it exists
+    listed = server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"]
+    assert all(s["student"] == "alice" for s in listed)
+    assert server.call("GET", "/api/status", tokens["carol"]).status == 403
+    status = server.call("GET", "/api/status", tokens["instructor"]).body
+    assert any(row["student"] == "carol" and row["score"] == 100.0 for row in status["latest"])
+    page = server.call("GET", f"/api/submissions/{sid}/feedback", tokens["instructor"])
+    assert page.status == 200 and "carol" in page.body and "<script" not in page.body.lower()
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert (
+        server.call("GET", f"/api/submissions/{sid}/feedback", tokens["carol"]).status == 403
+    )  # before the deadline
+    instructor = server.call(
+        "POST", "/api/assignments/T1/submissions", tokens["instructor"], notebook_bytes(course)
+    )
+    assert instructor.status == 403
+
+
+def test_what_is_refused_is_refused_before_the_body_is_read_and_says_why(served):
+    course, server, tokens, revoked = served
+    body = notebook_bytes(course)
+    assert server.call("POST", "/api/assignments/T1/submissions", None, body).status == 401
+    assert server.call("POST", "/api/assignments/T1/submissions", revoked, body).status == 401
+    for aid in ("T9", "..%2F..%2Fetc", "T1%00"):
+        answer = server.call("POST", f"/api/assignments/{aid}/submissions", tokens["alice"], body)
+        assert answer.status == 404, (aid, answer.body)
+    assert server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], b"{not json").status == 400
+    assert (
+        server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], b'{"cells": 3}').status == 400
+    )
+    huge = b'{"cells": [], "pad": "' + b"x" * 600_000 + b'"}'
+    assert server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], huge).status == 413
+    # a client that declares a huge body is answered at once, before it sends a byte of it
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(
+            f"POST /api/assignments/T1/submissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tokens['alice']}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 900000000\r\n\r\n".encode()
+        )
+        assert raw.recv(200).startswith(b"HTTP/1.1 413")
+    mine = server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"]
+    assert mine == []  # none of these became a submission
+
+
+def test_a_retry_with_its_key_makes_no_second_submission_and_the_hourly_limit_says_when(served):
+    course, server, tokens, _ = served
+    body = notebook_bytes(course)
+    first = server.call(
+        "POST", "/api/assignments/T1/submissions", tokens["rita"], body, Idempotency_Key="k-1"
+    )
+    again = server.call(
+        "POST", "/api/assignments/T1/submissions", tokens["rita"], body, Idempotency_Key="k-1"
+    )
+    assert (first.status, again.status) == (202, 200) and first.body["id"] == again.body["id"]
+    for n in range(2, 5):
+        assert server.call("POST", "/api/assignments/T1/submissions", tokens["rita"], body).status == 202, n
+    refused = server.call("POST", "/api/assignments/T1/submissions", tokens["rita"], body)
+    assert refused.status == 429 and 3000 < int(refused.headers["retry-after"]) <= 3600
+    assert "4 submissions of T1 an hour" in refused.body["error"]
+    listed = server.call("GET", "/api/submissions", tokens["rita"]).body["submissions"]
+    assert len(listed) == 4  # the retry and the refused one made none
+    ids = [s["id"] for s in listed]
+    positions = [server.call("GET", f"/api/submissions/{i}", tokens["rita"]).body for i in ids]
+    for state in positions:
+        server.wait_graded(tokens["rita"], state["id"])
+
+
+def test_a_service_killed_mid_queue_grades_every_acknowledged_submission_once_after_a_restart(tmp_path):
+    root = warm_toy(make_course(tmp_path / "course"), tmp_path)
+    course = Course(root=root)
+    release(course, ["T1"])
+    (root / "service.toml").write_text('open = ["T1"]\n')
+    store = Store(course.work / "service")
+    students = [f"s{i:02d}" for i in range(6)]
+    tokens = {sid: store.tokens.issue(sid) for sid in students}
+    server = service.start(root, tmp_path / "service.log", "--workers", "1")
+    server.wait_open("T1", tokens["s00"])
+    acknowledged = []
+    for sid in students:
+        answer = server.call("POST", "/api/assignments/T1/submissions", tokens[sid], notebook_bytes(course))
+        assert answer.status == 202
+        acknowledged.append(answer.body["id"])
+    time.sleep(1.0)  # the first batch is running
+    service.stop(server, kill=True)  # SIGKILL: the service and the kernels it started, at once
+    rows = {s.id: s for s in store.listed()}
+    assert set(rows) == set(acknowledged)  # every acknowledged one was kept
+    assert any(r.state != "graded" for r in rows.values())  # the kill came before the queue was done
+    server = service.start(root, tmp_path / "service.log", "--workers", "1")
+    try:
+        for sid, one in zip(students, acknowledged):
+            assert server.wait_graded(tokens[sid], one)["score"] == 100.0
+    finally:
+        service.stop(server)
+    rows = store.listed()
+    assert sorted(r.id for r in rows) == sorted(acknowledged) and all(r.state == "graded" for r in rows)
+    assert "queued again" in Path(tmp_path / "service.log").read_text()
