@@ -278,13 +278,16 @@ class Store(Database):
         return [r["received_utc"] for r in rows]
 
     def position(self, submission: Submission) -> int | None:
-        """1 for the next to be graded (or being graded), None once it is done."""
+        """How many will be graded before it, and it: every earlier one not done, and every later one already
+        being graded (another student's, taken while this one waited for its student's earlier one). 1 for the
+        next to be graded or one being graded; None once it is done."""
         if submission.state not in ("queued", "running"):
             return None
         with self.connect() as db:
             (ahead,) = db.execute(
-                "SELECT COUNT(*) FROM submissions WHERE state IN ('queued', 'running') AND seq < ?",
-                (submission.seq,),
+                "SELECT COUNT(*) FROM submissions WHERE (state IN ('queued', 'running') AND seq < ?) "
+                "OR (state = 'running' AND seq > ?)",  # a later one already being graded is ahead of it too
+                (submission.seq, submission.seq),
             ).fetchone()
         return ahead + 1
 
@@ -306,7 +309,8 @@ class Store(Database):
                 f"SELECT * FROM submissions WHERE state = 'queued' AND aid IN ({marks}) ORDER BY seq",
                 tuple(sorted(aids)),
             ).fetchall()
-            chosen, seen = [], set()
+            running = db.execute("SELECT student_id, aid FROM submissions WHERE state = 'running'").fetchall()
+            chosen, seen = [], {(r["student_id"], r["aid"]) for r in running}  # one at a time per student
             for row in rows:
                 if (row["student_id"], row["aid"]) in seen:
                     continue
