@@ -1,0 +1,133 @@
+"""The service's rules without a server where none is needed: its settings file, its tokens, its store; and, on a
+real server, a course whose grader cannot prove itself stays closed and says why."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import nbformat
+import pytest
+
+from autograder.course import Course, nbgrader_meta
+from autograder.intake.release import release
+from autograder.service.config import ServiceConfig, load
+from autograder.service.store import Store, parse_stamp, utc_now
+from tests.fixtures import service
+from tests.fixtures.toy_course import ROOT, make_course
+
+
+def test_the_settings_file_is_read_whole_and_an_unknown_or_wrong_setting_is_refused(tmp_path):
+    assert load(tmp_path) == ServiceConfig()  # no file: the defaults (every assignment, 6 an hour, parts)
+    (tmp_path / "service.toml").write_text('open = ["A1"]\nper_hour = 2\nbefore_deadline = "score"\n')
+    assert load(tmp_path) == ServiceConfig(open=("A1",), per_hour=2, before_deadline="score")
+    for text, said in [
+        ("per_hour = 0\n", "per_hour"),
+        ('before_deadline = "everything"\n', "before_deadline"),
+        ("rate = 3\n", "unknown setting 'rate'"),  # a typo is refused, not ignored
+        ('open = "A1"\n', "open must be a list"),
+    ]:
+        (tmp_path / "service.toml").write_text(text)
+        with pytest.raises(ValueError, match=said):
+            load(tmp_path)
+
+
+def test_a_token_is_kept_only_as_its_hash_and_a_new_one_revokes_the_old(tmp_path):
+    store = Store(tmp_path)
+    first = store.tokens.issue("alice", lms_id="1234")
+    assert store.tokens.who(first).student_id == "alice" and store.tokens.who(first).lms_id == "1234"
+    assert first.encode() not in store.path.read_bytes()  # nowhere in the file, only its SHA-256
+    second = store.tokens.issue("alice")
+    assert store.tokens.who(first) is None and store.tokens.who(second).student_id == "alice"
+    assert store.tokens.revoke("alice") == 1 and store.tokens.who(second) is None
+    assert store.tokens.who("") is None and store.tokens.who("x" * 10_000) is None
+    boss = store.tokens.issue("instructor", role="instructor")
+    assert store.tokens.who(boss).instructor and not store.tokens.who(store.tokens.issue("bob")).instructor
+
+
+def test_the_same_key_sent_twice_at_once_makes_one_submission(tmp_path):
+    store = Store(tmp_path)
+    made, barrier = [], threading.Barrier(8)
+
+    def send():
+        barrier.wait()
+        made.append(store.add("alice", "A1", b'{"cells": []}', key="retry-1"))
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({s.id for s, _ in made}) == 1 and sum(new for _, new in made) == 1
+    assert len(store.listed()) == 1 and len(list(store.files.glob("*"))) == 1  # no stray bytes either
+    other, new = store.add("bob", "A1", b'{"cells": []}', key="retry-1")  # a key is a student's own
+    assert new and other.id != made[0][0].id
+
+
+def test_the_server_clock_sets_the_received_time_and_a_student_waits_for_their_own_earlier_one(tmp_path):
+    store = Store(tmp_path)
+    before = utc_now()
+    first, _ = store.add("alice", "A1", b'{"cells": [], "metadata": {"received": "2020-01-01T00:00:00Z"}}')
+    second, _ = store.add("alice", "A1", b'{"cells": []}')
+    third, _ = store.add("bob", "A1", b'{"cells": []}')
+    assert before <= parse_stamp(first.received_utc) <= utc_now()  # what the notebook claims changes nothing
+    claimed = store.claim({"A1"}, limit=10)
+    assert [s.id for s in claimed] == [first.id, third.id]  # alice's second waits for her first
+    assert store.position(store.get(second.id)) == 3 and store.claim({"A1"}, 10) == []
+    assert len(store.recent("alice", "A1", timedelta(hours=1), utc_now())) == 2
+    for attempt in range(1, 4):  # the grader fails it three times: then an error, never a score
+        state = store.failed(first.id, "grader error: the sandbox did not start")
+        assert state == ("error" if attempt == 3 else "queued")
+        if state == "queued":
+            assert [s.id for s in store.claim({"A1"}, 1)] == [first.id]
+    assert store.get(first.id).score is None
+    assert store.resume() == 1  # bob's, left running by a stopped service, is queued again
+
+
+def test_tokens_are_issued_from_an_lms_roster_into_a_file_only_the_instructor_reads(tmp_path):
+    root = make_course(tmp_path / "course")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("lms_id,student_id,name\n9001,alice,Alice A\n9002,bob,Bob B\n")
+    out = tmp_path / "tokens.csv"
+    command = [sys.executable, "-m", "autograder", "--course", str(root), "tokens"]
+    done = subprocess.run([*command, "issue", "--roster", str(roster), "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert out.stat().st_mode & 0o077 == 0
+    rows = {r["student_id"]: r for r in csv.DictReader(out.open())}
+    assert sorted(rows) == ["alice", "bob"] and rows["alice"]["lms_id"] == "9001"
+    store = Store(Course(root=root).work / "service")
+    assert store.tokens.who(rows["bob"]["token"]).lms_id == "9002"
+    done = subprocess.run([*command, "revoke", "--student", "bob"], capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and store.tokens.who(rows["bob"]["token"]) is None
+    assert store.tokens.who(rows["alice"]["token"]) is not None
+
+
+def test_an_assignment_the_grader_cannot_prove_itself_on_stays_closed_and_says_why(tmp_path):
+    root = make_course(tmp_path / "course")
+    course = Course(root=root)
+    path = course.source_notebook("T1")
+    nb = nbformat.read(str(path), as_version=4)
+    test = next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "test_square")
+    # a hidden check of a constant: the untouched release earns its points, so no grade of it can be trusted
+    test.source = 'from dlcourse.grading import check\n### BEGIN HIDDEN TESTS\ncheck("t1.square.constant", [0, 1, 2])\n### END HIDDEN TESTS'
+    nbformat.write(nb, str(path))
+    release(course, ["T1"])
+    store = Store(course.work / "service")
+    token = store.tokens.issue("alice")
+    server = service.start(root, tmp_path / "service.log", "--workers", "1")
+    try:
+        deadline = utc_now() + timedelta(seconds=240)
+        while utc_now() < deadline:
+            door = server.call("GET", "/api/assignments", token).body["assignments"]["T1"]
+            if door["state"] != "proving":
+                break
+        assert door["state"] == "closed" and "untouched release got 40 points" in door["reason"], door
+        body = nbformat.writes(nb).encode()
+        refused = server.call("POST", "/api/assignments/T1/submissions", token, body)
+        assert refused.status == 409 and "T1 is closed" in refused.body["error"]
+        assert store.listed() == []
+    finally:
+        service.stop(server)
