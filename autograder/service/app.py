@@ -118,9 +118,8 @@ class Service:
 
     # routes ---------------------------------------------------------------------------------------------------
 
-    async def submit(self, request: Request) -> Response:
-        who = await run_in_threadpool(self.who, request)
-        aid = request.path_params["aid"]
+    def may_submit(self, who: Who, aid: str) -> None:
+        """Whether ``who`` may hand in ``aid`` now, asked before a byte of the body is read."""
         door = self.worker.door(aid)
         if door is None:
             raise Refused(404, f"{aid[:40]!r} takes no submissions here")
@@ -128,15 +127,10 @@ class Service:
             raise Refused(409, f"{aid} is closed: {door.reason}")
         if who.instructor:
             raise Refused(403, "the instructor's token submits for no student")
-        key = request.headers.get("idempotency-key")
-        if key is not None and not (0 < len(key) <= IDEMPOTENCY_KEY_CHARS and key.isprintable()):
-            raise Refused(400, f"an Idempotency-Key is 1 to {IDEMPOTENCY_KEY_CHARS} printable characters")
-        if key is not None:
-            earlier = await run_in_threadpool(self.store.by_key, who.student_id, key)
-            if earlier is not None:  # a retry: the first request's submission, nothing new
-                return JSONResponse(self.shown(who, earlier), status_code=200)
-        await run_in_threadpool(self.rate, who.student_id, aid)
-        body = await self.read_body(request)
+        self.rate(who.student_id, aid)
+
+    def keep(self, who: Who, aid: str, body: bytes, key: str | None) -> tuple[Submission, bool]:
+        """Check ``body`` is a notebook and keep it durably; the submission, and whether it is new."""
         try:
             notebook = json.loads(body)
         except (ValueError, UnicodeDecodeError) as err:
@@ -144,12 +138,27 @@ class Service:
         if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
             raise Refused(400, "not a notebook: a notebook is a JSON object with a list of cells")
         try:
-            submission, new = await run_in_threadpool(self.store.add, who.student_id, aid, body, key)
+            made = self.store.add(who.student_id, aid, body, key)
         except OSError as err:
             raise Refused(
                 507, f"the server cannot keep the submission now ({err.strerror}); nothing was kept"
             ) from None
         self.worker.wake.set()
+        return made
+
+    async def submit(self, request: Request) -> Response:
+        who = await run_in_threadpool(self.who, request)
+        aid = request.path_params["aid"]
+        key = request.headers.get("idempotency-key")
+        if key is not None and not (0 < len(key) <= IDEMPOTENCY_KEY_CHARS and key.isprintable()):
+            raise Refused(400, f"an Idempotency-Key is 1 to {IDEMPOTENCY_KEY_CHARS} printable characters")
+        if key is not None:
+            earlier = await run_in_threadpool(self.store.by_key, who.student_id, key)
+            if earlier is not None:  # a retry: the first request's submission, nothing new
+                return JSONResponse(self.shown(who, earlier), status_code=200)
+        await run_in_threadpool(self.may_submit, who, aid)
+        body = await self.read_body(request)
+        submission, new = await run_in_threadpool(self.keep, who, aid, body, key)
         return JSONResponse(self.shown(who, submission), status_code=202 if new else 200)
 
     def rate(self, student_id: str, aid: str) -> None:
@@ -181,8 +190,10 @@ class Service:
         return JSONResponse(self.shown(who, self.visible(who, request.path_params["sid"])))
 
     def feedback(self, request: Request) -> Response:
-        who = self.who(request)
-        submission = self.visible(who, request.path_params["sid"])
+        return self.feedback_page(self.who(request), request.path_params["sid"])
+
+    def feedback_page(self, who: Who, sid: str) -> Response:
+        submission = self.visible(who, sid)
         if submission.state != "graded":
             raise Refused(409, f"not graded yet ({submission.state})")
         if not who.instructor and self.before_deadline(submission) and self.config.before_deadline != "all":
@@ -210,6 +221,9 @@ class Service:
         who = self.who(request)
         if not who.instructor:
             raise Refused(403, "the instructor's token only")
+        return JSONResponse(self.status_of())
+
+    def status_of(self) -> dict:
         listed = self.store.listed(limit=100000)
         waits = sorted(
             (parse_stamp(s.finished_utc) - parse_stamp(s.received_utc)).total_seconds()
@@ -222,7 +236,7 @@ class Service:
                 "student": s.student_id, "assignment": s.aid, "state": s.state, "score": s.score,
                 "received": s.received_utc, "feedback_page": f"/api/submissions/{s.id}/feedback",
             })  # fmt: skip
-        return JSONResponse({
+        return {
             "counts": self.store.counts(),
             "seconds_to_feedback": {
                 "p50": statistics.median(waits) if waits else None,
@@ -232,7 +246,7 @@ class Service:
             "errors": [{"id": s.id, "student": s.student_id, "reason": s.reason} for s in listed if s.state == "error"],
             "latest": list(latest.values()),
             "assignments": {aid: {"state": d.state, "reason": d.reason} for aid, d in self.worker.doors.items()},
-        })  # fmt: skip
+        }  # fmt: skip
 
     def health(self, request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -252,7 +266,16 @@ def application(service: Service) -> Starlette:
 
         return endpoint
 
+    from autograder.service.pages import Pages
+
+    pages = Pages(service)
     routes = [
+        Route("/", guarded(pages.home)),
+        Route("/signin", guarded(pages.sign_in), methods=["POST"]),
+        Route("/signout", guarded(pages.sign_out), methods=["POST"]),
+        Route("/upload/{aid}", guarded(pages.upload), methods=["POST"]),
+        Route("/submissions/{sid}", guarded(pages.submission)),
+        Route("/submissions/{sid}/feedback", guarded(pages.feedback)),
         Route("/healthz", guarded(service.health)),
         Route("/api/assignments", guarded(service.assignments)),
         Route("/api/assignments/{aid}/submissions", guarded(service.submit), methods=["POST"]),
@@ -276,8 +299,9 @@ class SecurityHeaders:
 
         async def sending(message):
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.decode().lower() not in HEADERS]
-                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                headers = list(message.get("headers", []))
+                own = {k.decode("latin-1").lower() for k, _ in headers}  # a page's own policy stands
+                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items() if k not in own]
                 message = {**message, "headers": headers}
             await send(message)
 

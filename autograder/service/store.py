@@ -38,6 +38,11 @@ CREATE TABLE IF NOT EXISTS tokens (
     issued_utc TEXT NOT NULL,
     revoked_utc TEXT
 );
+CREATE TABLE IF NOT EXISTS sessions (
+    digest TEXT PRIMARY KEY,
+    token_digest TEXT NOT NULL REFERENCES tokens (digest),
+    expires_utc TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS submissions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT UNIQUE NOT NULL,
@@ -62,7 +67,7 @@ CREATE INDEX IF NOT EXISTS submissions_by_student ON submissions (student_id, ai
 CREATE INDEX IF NOT EXISTS submissions_by_state ON submissions (state, seq);
 """
 MAX_ATTEMPTS = 3  # the grader's failures on one submission before it is shown as an error
-KEY_CHARS = 200  # an idempotency key's length at most
+SESSION_HOURS = 12  # a browser's sign-in lasts this long
 
 
 def utc_now() -> datetime:
@@ -186,6 +191,47 @@ class Tokens(Database):
         return Who(row["student_id"], row["role"], row["lms_id"])
 
 
+class Sessions(Database):
+    """A browser's sign-in: a random id in an HttpOnly cookie, kept as its hash and bound to the token it was
+    made with, so that revoking the token ends it; it lasts :data:`SESSION_HOURS`."""
+
+    def start(self, token: str) -> str | None:
+        """A new session for ``token`` (None where the token is not valid)."""
+        if Tokens(self.path).who(token) is None:
+            return None
+        session = secrets.token_urlsafe(32)
+        with self.connect() as db:
+            db.execute(
+                "INSERT INTO sessions (digest, token_digest, expires_utc) VALUES (?, ?, ?)",
+                (
+                    token_digest(session),
+                    token_digest(token),
+                    stamp(utc_now() + timedelta(hours=SESSION_HOURS)),
+                ),
+            )
+        return session
+
+    def who(self, session: str | None) -> Who | None:
+        if not session or len(session) > 200:
+            return None
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT t.student_id, t.role, t.lms_id FROM sessions s JOIN tokens t ON t.digest = s.token_digest "
+                "WHERE s.digest = ? AND s.expires_utc > ? AND t.revoked_utc IS NULL",
+                (token_digest(session), stamp(utc_now())),
+            ).fetchone()
+        return Who(row["student_id"], row["role"], row["lms_id"]) if row else None
+
+    def end(self, session: str) -> None:
+        with self.connect() as db:
+            db.execute("DELETE FROM sessions WHERE digest = ?", (token_digest(session),))
+
+
+def form_key(session: str) -> str:
+    """The value a session's forms carry, that a page of another site cannot know (HMAC of the session)."""
+    return hmac.new(session.encode(), b"form", hashlib.sha256).hexdigest()
+
+
 class Store(Database):
     """The service's SQLite file and its submissions' folder, under ``folder``; :attr:`tokens` in the same file."""
 
@@ -199,6 +245,7 @@ class Store(Database):
         with self.connect() as db:
             db.executescript(SCHEMA)
         self.tokens = Tokens(self.path)
+        self.sessions = Sessions(self.path)
 
     # submissions ------------------------------------------------------------------------------------------------
 

@@ -10,45 +10,13 @@ import socket
 import time
 from pathlib import Path
 
-import nbformat
-import pytest
-
 from autograder.course import Course
 from autograder.intake.release import release
-from autograder.intake.samples import filled
 from autograder.service.store import Store
 from tests.fixtures import service
-from tests.fixtures.fake_sandbox import answered
+from tests.fixtures.service import WRONG_SQUARE, notebook_bytes
 from tests.fixtures.toy_course import make_course
 from tests.fixtures.warm import warm_toy
-
-WRONG_SQUARE = "def square(x):\n    return x * 2"
-STUDENTS = ("alice", "bob", "carol", "rita")
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """The toy course released, tokens issued, the service started with T1 open (4 submissions an hour)."""
-    tmp = tmp_path_factory.mktemp("service")
-    root = warm_toy(make_course(tmp / "course"), tmp / "own")
-    course = Course(root=root)
-    release(course, ["T1"])
-    (root / "service.toml").write_text('open = ["T1"]\nper_hour = 4\nmax_notebook_mb = 0.5\n')
-    store = Store(course.work / "service")
-    tokens = {sid: store.tokens.issue(sid) for sid in STUDENTS}
-    tokens["instructor"] = store.tokens.issue("instructor", role="instructor")
-    revoked = store.tokens.issue("mallory")
-    store.tokens.revoke("mallory")
-    server = service.start(root, tmp / "service.log", "--workers", "1")
-    try:
-        server.wait_open("T1", tokens["alice"])
-        yield course, server, tokens, revoked
-    finally:
-        service.stop(server)
-
-
-def notebook_bytes(course: Course, **answers: str) -> bytes:
-    return nbformat.writes(answered(filled(course, "T1"), **answers)).encode()
 
 
 def test_a_student_submits_from_the_notebook_and_sees_which_hidden_cases_failed(served, tmp_path, capsys):
