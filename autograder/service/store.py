@@ -330,6 +330,8 @@ class Store(Database):
         next to be graded or one being graded; None once it is done."""
         if submission.state not in ("queued", "running"):
             return None
+        if submission.state == "running":
+            return 1
         with self.connect() as db:
             (ahead,) = db.execute(
                 "SELECT COUNT(*) FROM submissions WHERE (state IN ('queued', 'running') AND seq < ?) "
