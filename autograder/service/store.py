@@ -260,21 +260,14 @@ class Store(Database):
         sid = uuid.uuid4().hex
         target = self.files / f"{sid}.ipynb"
         _write_durably(target, body)
+        received, digest = stamp(utc_now()), hashlib.sha256(body).hexdigest()
         try:
             with self.connect() as db:
-                db.execute(
+                seq = db.execute(
                     "INSERT INTO submissions (id, student_id, aid, received_utc, sha256, size, idempotency_key) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        sid,
-                        student_id,
-                        aid,
-                        stamp(utc_now()),
-                        hashlib.sha256(body).hexdigest(),
-                        len(body),
-                        key,
-                    ),
-                )
+                    (sid, student_id, aid, received, digest, len(body), key),
+                ).lastrowid
         except sqlite3.IntegrityError:  # the same key at the same moment: the other request's row stands
             target.unlink(missing_ok=True)
             earlier = self.by_key(student_id, key)
@@ -284,7 +277,10 @@ class Store(Database):
         except BaseException:
             target.unlink(missing_ok=True)  # no row: the bytes are no submission
             raise
-        return self.get(sid), True
+        # committed: what is sent back is made here, so that no read after the commit can fail the answer
+        return Submission(
+            seq, sid, student_id, aid, received, digest, len(body), "queued", 0, *[None] * 7
+        ), True
 
     def by_key(self, student_id: str, key: str) -> Submission | None:
         with self.connect() as db:
