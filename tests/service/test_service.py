@@ -10,6 +10,9 @@ import socket
 import time
 from pathlib import Path
 
+import nbformat
+import pytest
+
 from autograder.course import Course
 from autograder.intake.release import release
 from autograder.service.store import Store
@@ -154,3 +157,45 @@ def test_a_service_killed_mid_queue_grades_every_acknowledged_submission_once_af
     rows = store.listed()
     assert sorted(r.id for r in rows) == sorted(acknowledged) and all(r.state == "graded" for r in rows)
     assert "queued again" in Path(tmp_path / "service.log").read_text()
+
+
+def test_in_colab_the_notebook_as_it_is_open_is_sent_and_failures_are_one_line(served, monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from dlcourse import submit as client
+
+    course, server, tokens, revoked = served
+    unsaved = nbformat.reads(notebook_bytes(course).decode(), as_version=4)  # what the browser holds, unsaved
+    asked = []
+    message = types.SimpleNamespace(
+        blocking_request=lambda what, timeout_sec: asked.append(what) or {"ipynb": unsaved}
+    )
+    colab = types.ModuleType("google.colab")
+    colab._message = message
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setitem(sys.modules, "google.colab._message", message)
+    shown = client.submit("T1", server.url, tokens["alice"])
+    assert asked == ["get_ipynb"] and shown["score"] == 100.0
+    monkeypatch.delitem(sys.modules, "google.colab")
+    # JupyterLab: the saved file of the session's notebook
+    saved = tmp_path / "mine.ipynb"
+    saved.write_bytes(notebook_bytes(course, square=WRONG_SQUARE))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(saved))
+    assert client.submit("T1", server.url, tokens["alice"])["score"] == 60.0
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    for token, server_url, notebook, said in [
+        (revoked, server.url, saved, "did not accept your token"),
+        (
+            tokens["alice"],
+            "http://127.0.0.1:9",
+            saved,
+            "cannot reach the grading service at http://127.0.0.1:9",
+        ),
+        (tokens["alice"], server.url, None, "cannot tell which notebook is open here"),
+    ]:
+        monkeypatch.setattr(client.time, "sleep", lambda s: None)
+        with pytest.raises(client.SubmitError, match=said) as caught:
+            client.submit("T1", server_url, token, notebook=notebook)
+        assert "\n" not in str(caught.value)
