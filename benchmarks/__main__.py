@@ -26,7 +26,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["grading", "course", "claims", "mutants"],
+        choices=["grading", "course", "claims", "service", "mutants"],
         help="run only this section (repeatable)",
     )
     parser.add_argument("--workers", type=int, default=None, help="autograder workers (default: the cores)")
@@ -43,11 +43,13 @@ def measure(args: argparse.Namespace) -> dict:
     from benchmarks.course import run_course
     from benchmarks.grading import run_grading
     from benchmarks.machine import describe_machine, load_average
+    from benchmarks.service import run_service
 
     entry = {
         "grading": lambda: run_grading(quick=args.quick, workers=args.workers),
         "course": lambda: run_course(quick=args.quick),
         "claims": lambda: run_claims(quick=args.quick),
+        "service": lambda: run_service(quick=args.quick),
     }
     started = time.time()
     run = {

@@ -17,6 +17,8 @@ import json
 import math
 import sqlite3
 import statistics
+import sys
+import traceback
 from datetime import UTC, timedelta
 
 from starlette.applications import Starlette
@@ -28,7 +30,7 @@ from starlette.routing import Route
 from autograder.course import Course
 from autograder.intake.late import deadlines
 from autograder.service.config import ServiceConfig
-from autograder.service.store import Store, Submission, Who, parse_stamp, utc_now
+from autograder.service.store import RateLimited, Store, Submission, Who, parse_stamp, utc_now
 from autograder.service.worker import Worker
 
 HEADERS = {
@@ -133,12 +135,20 @@ class Service:
         """Check ``body`` is a notebook and keep it durably; the submission, and whether it is new."""
         try:
             notebook = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as err:
-            raise Refused(400, f"not a notebook: the body is not JSON ({str(err)[:100]})") from None
+        except (
+            ValueError,
+            UnicodeDecodeError,
+            RecursionError,
+        ) as err:  # (nested past Python's recursion limit)
+            raise Refused(
+                400, f"not a notebook: the body is not JSON a notebook can be ({str(err)[:100]})"
+            ) from None
         if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
             raise Refused(400, "not a notebook: a notebook is a JSON object with a list of cells")
         try:
-            made = self.store.add(who.student_id, aid, body, key)
+            made = self.store.add(who.student_id, aid, body, key, limit=(self.config.per_hour, WINDOW))
+        except RateLimited as over:  # requests that passed the first check together: the store counts again
+            raise self.over_limit(aid, over.wait) from None
         except OSError as err:
             raise Refused(
                 507, f"the server cannot keep the submission now ({err.strerror}); nothing was kept"
@@ -162,16 +172,19 @@ class Service:
         return JSONResponse(self.shown(who, submission), status_code=202 if new else 200)
 
     def rate(self, student_id: str, aid: str) -> None:
+        """A first, cheap refusal before the body is read (the store counts again as it keeps the submission)."""
         now = utc_now()
         recent = self.store.recent(student_id, aid, WINDOW, now)
         if len(recent) >= self.config.per_hour:
-            oldest = parse_stamp(recent[-self.config.per_hour])
-            wait = max(1, math.ceil((oldest + WINDOW - now).total_seconds()))
-            raise Refused(
-                429,
-                f"{self.config.per_hour} submissions of {aid} an hour at most: the next one in {wait} s",
-                {"retry-after": str(wait)},
-            )
+            raise self.over_limit(aid, parse_stamp(recent[-self.config.per_hour]) + WINDOW - now)
+
+    def over_limit(self, aid: str, wait: timedelta) -> Refused:
+        seconds = max(1, math.ceil(wait.total_seconds()))
+        return Refused(
+            429,
+            f"{self.config.per_hour} submissions of {aid} an hour at most: the next one in {seconds} s",
+            {"retry-after": str(seconds)},
+        )
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.config.max_bytes
@@ -263,6 +276,14 @@ def application(service: Service) -> Starlette:
                 return error(refused.status, refused.message, refused.headers)
             except sqlite3.OperationalError:  # the store is busy or away: nothing half-written, try again
                 return error(503, "the service is busy; try again shortly", {"retry-after": "2"})
+            except Exception:  # the service's own failure: said as one, and logged for the instructor
+                print(
+                    f"service: {request.method} {request.url.path} failed:\n{traceback.format_exc()}",
+                    file=sys.stderr,
+                )
+                return error(
+                    500, "the service failed on this request; your instructor can see why in its log"
+                )
 
         return endpoint
 

@@ -12,6 +12,7 @@ Everything shown is escaped; a feedback page is the grader's own, made safe when
 from __future__ import annotations
 
 import hmac
+import secrets
 from html import escape
 
 from starlette.concurrency import run_in_threadpool
@@ -21,6 +22,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from autograder.service.store import form_key
 
 COOKIE = "grader_session"
+SIGN_IN_COOKIE = "grader_signin"  # the sign-in page's own: its form must carry a key made from it
 PAGE_CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'; "
     "base-uri 'none'"
@@ -53,31 +55,46 @@ class Pages:
     def signed_in(self, request: Request):
         return self.store.sessions.who(self.session(request))
 
-    def checked_form(self, request: Request, form) -> None:
-        """A form post from this site's own page of this session, or refused."""
+    def checked_form(self, request: Request, form, cookie: str = COOKIE) -> None:
+        """A form post from this site's own page (of this session, or the sign-in page's ``cookie``), or refused."""
         from autograder.service.app import Refused
 
         origin = request.headers.get("origin")
         if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
             raise Refused(403, "a form of another site is refused")
-        session = self.session(request)
-        if not session or not hmac.compare_digest(str(form.get("form_key", "")), form_key(session)):
+        secret = request.cookies.get(cookie)
+        if not secret or not hmac.compare_digest(str(form.get("form_key", "")), form_key(secret)):
             raise Refused(403, "this form is stale or not this site's: open the page again")
 
     # sign in and out ------------------------------------------------------------------------------------------
 
-    def sign_in_form(self, message: str = "", status: int = 200) -> HTMLResponse:
+    def sign_in_form(self, request: Request, message: str = "", status: int = 200) -> HTMLResponse:
+        """The sign-in page, with a key of its own: a form another site makes cannot carry it, so no page
+        elsewhere can sign a student's browser in as someone else (and collect what they then hand in)."""
         said = f'<p class="bad">{escape(message)}</p>' if message else ""
-        return page(
+        secret = secrets.token_urlsafe(32)
+        answer = page(
             "Hand in your notebook",
-            f'{said}<form method="post" action="/signin"><label>Your token <input name="token" type="password" '
-            'autocomplete="off" size="48" required></label> <button>Sign in</button></form>'
+            f'{said}<form method="post" action="/signin"><input type="hidden" name="form_key" value="{form_key(secret)}">'
+            '<label>Your token <input name="token" type="password" autocomplete="off" size="48" required></label> '
+            "<button>Sign in</button></form>"
             "<p>The token is in your instructor's message. In a notebook, <code>dlcourse.submit</code> does the same.</p>",
             status=status,
         )
+        secure = request.url.scheme == "https"  # behind a TLS proxy that says so (X-Forwarded-Proto)
+        answer.set_cookie(
+            SIGN_IN_COOKIE, secret, 3600, path="/signin", secure=secure, httponly=True, samesite="strict"
+        )
+        return answer
 
     async def sign_in(self, request: Request) -> Response:
+        from autograder.service.app import Refused
+
         form = await request.form(max_files=0, max_fields=4, max_part_size=1024)
+        try:
+            self.checked_form(request, form, cookie=SIGN_IN_COOKIE)
+        except Refused as refused:
+            return self.sign_in_form(request, refused.message, refused.status)
         session = await run_in_threadpool(self.store.sessions.start, str(form.get("token", "")).strip())
         if session is None:
             return self.sign_in_form(
@@ -87,6 +104,7 @@ class Pages:
         answer.set_cookie(
             COOKIE, session, httponly=True, samesite="strict", secure=request.url.scheme == "https", path="/"
         )
+        answer.delete_cookie(SIGN_IN_COOKIE, path="/signin")
         return answer
 
     async def sign_out(self, request: Request) -> Response:
@@ -109,7 +127,7 @@ class Pages:
     def home(self, request: Request) -> Response:
         who = self.signed_in(request)
         if who is None:
-            return self.sign_in_form()
+            return self.sign_in_form(request)
         key = form_key(self.session(request))
         out = f'<form method="post" action="/signout"><input type="hidden" name="form_key" value="{key}"><button>Sign out</button></form>'
         if who.instructor:

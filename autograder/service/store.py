@@ -249,10 +249,18 @@ class Store(Database):
 
     # submissions ------------------------------------------------------------------------------------------------
 
-    def add(self, student_id: str, aid: str, body: bytes, key: str | None = None) -> tuple[Submission, bool]:
+    def add(
+        self,
+        student_id: str,
+        aid: str,
+        body: bytes,
+        key: str | None = None,
+        limit: tuple[int, timedelta] | None = None,
+    ) -> tuple[Submission, bool]:
         """Keep ``body`` as a new submission of ``student_id`` to ``aid``: its bytes on disk and flushed, then its
         row committed. With an idempotency ``key`` this student used before, the earlier submission and no new
-        one. Returns (the submission, whether it is new)."""
+        one. ``limit`` (how many in what window): counted and the row written in one transaction, so requests at
+        once cannot all pass it; over it, :class:`RateLimited`. Returns (the submission, whether it is new)."""
         if key is not None:
             earlier = self.by_key(student_id, key)
             if earlier is not None:
@@ -260,14 +268,26 @@ class Store(Database):
         sid = uuid.uuid4().hex
         target = self.files / f"{sid}.ipynb"
         _write_durably(target, body)
-        received, digest = stamp(utc_now()), hashlib.sha256(body).hexdigest()
+        now = utc_now()
+        received, digest = stamp(now), hashlib.sha256(body).hexdigest()
         try:
             with self.connect() as db:
+                db.execute("BEGIN IMMEDIATE")  # the count and the row together: no other writer in between
+                if limit is not None:
+                    most, window = limit
+                    recent = [r[0] for r in db.execute(
+                        "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
+                        "ORDER BY received_utc", (student_id, aid, stamp(now - window)),
+                    )]  # fmt: skip
+                    if len(recent) >= most:
+                        db.execute("ROLLBACK")
+                        raise RateLimited(parse_stamp(recent[-most]) + window - now)
                 seq = db.execute(
                     "INSERT INTO submissions (id, student_id, aid, received_utc, sha256, size, idempotency_key) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (sid, student_id, aid, received, digest, len(body), key),
                 ).lastrowid
+                db.execute("COMMIT")
         except sqlite3.IntegrityError:  # the same key at the same moment: the other request's row stands
             target.unlink(missing_ok=True)
             earlier = self.by_key(student_id, key)
@@ -405,6 +425,14 @@ class Store(Database):
         with self.connect() as db:
             rows = db.execute("SELECT state, COUNT(*) AS n FROM submissions GROUP BY state").fetchall()
         return {r["state"]: r["n"] for r in rows}
+
+
+class RateLimited(Exception):
+    """Over the hourly limit: ``wait`` is how long until the oldest counted submission leaves the window."""
+
+    def __init__(self, wait: timedelta):
+        super().__init__(f"over the limit for {wait}")
+        self.wait = wait
 
 
 def _write_durably(target: Path, body: bytes) -> None:

@@ -3,12 +3,16 @@ first), then grades the queue in batches on the course's own pipeline, so that e
 gradebook, results and kept runs as the command line's (``feedback``, ``export``, ``report``, ``similarity`` and
 ``regrade`` work on it unchanged).
 
-A batch takes the oldest queued submission of each student (a student's next one waits for the one before it: the
-course holds one hand-in per student and assignment, as nbgrader does), puts its bytes where ``collect`` would (with
-the received time as nbgrader's ``timestamp.txt``, so the late rule sees the server's clock), and grades them
-together on the workers. Each result's feedback page is kept with the submission. A grader error sends the
-submission back to the queue, and after three an error is shown, never a score; a proof that fails closes the
-assignment, with its reason, and its submissions wait.
+Each of the ``workers`` slots takes the oldest queued submission it may (a student's next one waits for the one
+before it: the course holds one hand-in per student and assignment, as nbgrader does) as soon as it is free, so a
+notebook that runs to its time limit holds its own slot and no other. It puts the bytes where ``collect`` would
+(with the received time as nbgrader's ``timestamp.txt``, so the late rule sees the server's clock), grades them
+through the pipeline's stages (:func:`~autograder.grading.pipeline.grade_with_retry`, on the slot's sandbox, as a
+batch's worker does) against the proved reference, and records the result in the gradebook and the results as a
+batch does. Each result's feedback page is kept with the submission. A grader error sends the submission back to
+the queue, and after three an error is shown, never a score; a proof that fails closes the assignment, with its
+reason, and its submissions wait. A source changed while the service runs is proved again before its next
+submission is graded.
 """
 
 from __future__ import annotations
@@ -16,20 +20,23 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import traceback
 from dataclasses import dataclass
 
 from autograder.course import Course
-from autograder.grading.batch import Listeners, grade
 from autograder.grading.canary import prove
+from autograder.grading.pipeline import Batch, Job, error_result, grade_with_retry, make_batch
+from autograder.grading.record import Recorder, save_result
+from autograder.grading.reference import source_digest
+from autograder.intake.handin import frameworks_used
 from autograder.intake.late import late_penalty, write_timestamp
 from autograder.outputs.feedback import render
 from autograder.result import Result
+from autograder.runner.launchers import prestart
 from autograder.service.config import ServiceConfig
 from autograder.service.store import Store, Submission, parse_stamp
 from autograder.settings import Settings
 
-IDLE_SECONDS = 1.0  # how long the thread waits for a submission before it looks again
+IDLE_SECONDS = 0.25  # how long a free slot waits to be woken before it looks at the queue again
 
 
 @dataclass
@@ -52,6 +59,10 @@ class Worker(threading.Thread):
         self.stopping = threading.Event()
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.graded = 0
+        self.proving = threading.Lock()  # one proof at a time (each slot may find a source changed)
+        self.recording = threading.Lock()
+        self.batches: dict[str, Batch] = {}
+        self.ready: dict[int, tuple] = {}  # slot -> (its batch, a sandbox started for its next submission)
 
     # the door -------------------------------------------------------------------------------------------------
 
@@ -63,13 +74,22 @@ class Worker(threading.Thread):
             if door.state != "proving":
                 continue
             try:
-                prove(self.course, aid, self.settings, say=lambda line: self.log(f"service: {line}"))
+                reference, _ = prove(
+                    self.course, aid, self.settings, say=lambda line: self.log(f"service: {line}")
+                )
+                self.batches[aid] = make_batch(self.course, aid, reference, self.settings)
             except Exception as err:  # the grader cannot vouch for its grades here: closed, with the reason
                 self.doors[aid] = Door("closed", f"the grader could not prove itself on {aid}: {err}")
                 self.log(f"service: {aid} stays closed: {err}")
             else:
                 self.doors[aid] = Door("open")
                 self.log(f"service: {aid} is open")
+        if self.settings.isolation.runner == "fork":  # the slots' warm parents start now, not with a student
+            aids = [aid for aid, door in self.doors.items() if door.state == "open"]
+            prestart(
+                tuple(sorted({f for aid in aids for f in frameworks_used(self.course, aid)})),
+                self.settings.workers,
+            )
 
     # the loop -------------------------------------------------------------------------------------------------
 
@@ -78,47 +98,80 @@ class Worker(threading.Thread):
         if resumed:
             self.log(f"service: {resumed} submission(s) the last run was grading are queued again")
         self.prove_all()
-        while not self.stopping.is_set():
-            open_aids = {aid for aid, door in self.doors.items() if door.state == "open"}
-            batch = self.store.claim(open_aids, self.config.grade_batch or 2 * max(1, self.settings.workers))
-            if not batch:
-                self.wake.wait(IDLE_SECONDS)
-                self.wake.clear()
-                continue
-            for aid in sorted({s.aid for s in batch}):
-                self.grade_batch(aid, [s for s in batch if s.aid == aid])
+        slots = [
+            threading.Thread(target=self.slot, args=(n,), daemon=True)
+            for n in range(max(1, self.settings.workers))
+        ]
+        for thread in slots:
+            thread.start()
+        for thread in slots:
+            thread.join()
+        for _, sandbox in self.ready.values():
+            sandbox.cleanup()
 
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
 
-    def grade_batch(self, aid: str, batch: list[Submission]) -> None:
-        by_student = {s.student_id: s for s in batch}
-        for submission in batch:
-            self.place(submission)
-        done: set[str] = set()
+    def slot(self, number: int) -> None:
+        """One worker: a submission at a time, as soon as it is free."""
+        while not self.stopping.is_set():
+            open_aids = {aid for aid, door in self.doors.items() if door.state == "open"}
+            claimed = self.store.claim(open_aids, 1)
+            if not claimed:
+                self.wake.wait(IDLE_SECONDS)
+                if not self.stopping.is_set():
+                    self.wake.clear()
+                continue
+            self.wake.set()  # another slot may find the next one at once
+            self.grade_one(claimed[0], number)
 
-        def on_result(result: Result) -> None:
-            submission = by_student.get(result.student_id)
-            if submission is not None:
-                self.record(submission, result)
-                done.add(submission.id)
+    def batch_for(self, aid: str) -> Batch:
+        """The assignment's batch against its proved reference; proved again first where the source changed."""
+        with self.proving:
+            batch = self.batches.get(aid)
+            if batch is None or batch.reference.digest != source_digest(self.course, aid):
+                reference, _ = prove(
+                    self.course, aid, self.settings, say=lambda line: self.log(f"service: {line}")
+                )
+                batch = self.batches[aid] = make_batch(self.course, aid, reference, self.settings)
+            return batch
 
+    def grade_one(self, submission: Submission, slot: int) -> None:
         try:
-            grade(
-                self.course, aid, self.settings, students=sorted(by_student), force=True,
-                listeners=Listeners(on_result=on_result, on_progress=lambda line: self.log(f"service: {line}")),
-            )  # fmt: skip
-        except Exception as err:
-            self.log(f"service: grading {aid} failed: {err}\n{traceback.format_exc()}")
-            self.doors[aid] = Door("closed", f"the grader stopped on {aid}: {err}")
-            for submission in batch:
-                if submission.id not in done:
-                    self.store.requeue(submission.id, f"waiting: {aid} is closed ({err})")
+            batch = self.batch_for(submission.aid)
+        except Exception as err:  # the grader cannot vouch for its grades any more: closed, with the reason
+            self.doors[submission.aid] = Door(
+                "closed", f"the grader could not prove itself on {submission.aid}: {err}"
+            )
+            self.store.requeue(submission.id, f"waiting: {submission.aid} is closed ({err})")
+            self.log(f"service: {submission.aid} closed: {err}")
             return
-        for submission in batch:  # a hand-in the batch did not return (it cannot happen; if it does, say so)
-            if submission.id not in done:
-                self.store.failed(submission.id, "the grader returned no result for it")
+        self.place(submission)
+        job = Job(submission.student_id)
+        ready_batch, sandbox = self.ready.pop(slot, (None, None))
+        if sandbox is not None and ready_batch is not batch:  # started for another assignment or reference
+            sandbox.cleanup()
+            sandbox = None
+        try:
+            sandbox = sandbox or batch.sandbox(slot).start()
+            result = grade_with_retry(batch, job, sandbox)
+        except Exception as err:  # the sandbox itself failed to start: a grader error, as a batch records it
+            result = error_result(batch, job, err)
+        finally:
+            if sandbox is not None:
+                sandbox.cleanup()
+        result.inputs = batch.inputs
+        with self.recording:  # one writer of the gradebook at a time, as a batch records in one thread
+            if not result.is_error:  # the grader's failure is never a student's score
+                with Recorder(self.course.db_url) as recorder:
+                    recorder.record(submission.aid, result)  # the gradebook, then the result file, as a batch
+            save_result(self.course, result)
+        self.record(submission, result)
+        try:  # the slot's next kernel boots and imports now, as a batch's worker starts its next one
+            self.ready[slot] = (batch, batch.sandbox(slot).start())
+        except Exception:  # started when it is needed, then
+            pass
 
     def failed_cases(self, aid: str, cell) -> list[str]:
         """The names of a part's hidden cases (its groups: a hidden case and the public checks it joins) that
