@@ -37,6 +37,17 @@ from autograder.service.store import Store, Submission, parse_stamp
 from autograder.settings import Settings
 
 IDLE_SECONDS = 0.25  # how long a free slot waits to be woken before it looks at the queue again
+NICENESS = 5  # the grading threads' and their kernels' priority below the service's requests
+
+
+def lower_priority() -> None:
+    """This thread, and every process it starts from now on (sandboxes, warm parents, their kernels), at
+    :data:`NICENESS` below the rest of the service: a deadline's grading never starves the requests that ask how
+    it goes. (Linux keeps a priority per thread; elsewhere nothing changes.)"""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+    except (AttributeError, OSError):
+        pass
 
 
 @dataclass
@@ -74,36 +85,34 @@ class Worker(threading.Thread):
             if door.state != "proving":
                 continue
             try:
-                reference, _ = prove(
-                    self.course, aid, self.settings, say=lambda line: self.log(f"service: {line}")
-                )
-                self.batches[aid] = make_batch(self.course, aid, reference, self.settings)
+                with self.proving:  # one proof at a time, a slot's included
+                    reference, _ = prove(
+                        self.course, aid, self.settings, say=lambda line: self.log(f"service: {line}")
+                    )
+                    self.batches[aid] = make_batch(self.course, aid, reference, self.settings)
             except Exception as err:  # the grader cannot vouch for its grades here: closed, with the reason
                 self.doors[aid] = Door("closed", f"the grader could not prove itself on {aid}: {err}")
                 self.log(f"service: {aid} stays closed: {err}")
-            else:
-                self.doors[aid] = Door("open")
-                self.log(f"service: {aid} is open")
-        if self.settings.isolation.runner == "fork":  # the slots' warm parents start now, not with a student
-            aids = [aid for aid, door in self.doors.items() if door.state == "open"]
-            prestart(
-                tuple(sorted({f for aid in aids for f in frameworks_used(self.course, aid)})),
-                self.settings.workers,
-            )
+                continue
+            if self.settings.isolation.runner == "fork":  # its warm parents start now, not with a student
+                prestart(frameworks_used(self.course, aid), self.settings.workers)
+            self.doors[aid] = Door("open")
+            self.log(f"service: {aid} is open")
 
     # the loop -------------------------------------------------------------------------------------------------
 
     def run(self) -> None:
+        lower_priority()
         resumed = self.store.resume()
         if resumed:
             self.log(f"service: {resumed} submission(s) the last run was grading are queued again")
-        self.prove_all()
         slots = [
             threading.Thread(target=self.slot, args=(n,), daemon=True)
             for n in range(max(1, self.settings.workers))
         ]
-        for thread in slots:
+        for thread in slots:  # an assignment is graded as soon as it opens, while the next is proved
             thread.start()
+        self.prove_all()
         for thread in slots:
             thread.join()
         for _, sandbox in self.ready.values():
@@ -115,6 +124,7 @@ class Worker(threading.Thread):
 
     def slot(self, number: int) -> None:
         """One worker: a submission at a time, as soon as it is free."""
+        lower_priority()
         while not self.stopping.is_set():
             open_aids = {aid for aid, door in self.doors.items() if door.state == "open"}
             claimed = self.store.claim(open_aids, 1)

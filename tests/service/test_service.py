@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -64,6 +65,14 @@ def test_the_instructor_sees_everything_and_a_student_only_their_own(served):
             assert "carol" not in json.dumps(answer.body)  # nothing of hers, not even that it exists
     listed = server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"]
     assert all(s["student"] == "alice" for s in listed)
+    everyone = server.call("GET", "/api/submissions?limit=5000", tokens["instructor"]).body["submissions"]
+    assert sid in [s["id"] for s in everyone]
+    assert [
+        s["id"]
+        for s in server.call("GET", "/api/submissions?limit=1", tokens["instructor"]).body["submissions"]
+    ] == [everyone[0]["id"]]
+    for bad in ("0", "5001", "-1", "x"):
+        assert server.call("GET", f"/api/submissions?limit={bad}", tokens["instructor"]).status == 400
     assert server.call("GET", "/api/status", tokens["carol"]).status == 403
     status = server.call("GET", "/api/status", tokens["instructor"]).body
     assert any(row["student"] == "carol" and row["score"] == 100.0 for row in status["latest"])
@@ -91,10 +100,19 @@ def test_what_is_refused_is_refused_before_the_body_is_read_and_says_why(served)
     assert (
         server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], b'{"cells": 3}').status == 400
     )
-    huge = b'{"cells": [], "pad": "' + b"x" * 600_000 + b'"}'
-    assert server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], huge).status == 413
-    # a client that declares a huge body is answered at once, before it sends a byte of it
     host, port = server.url.removeprefix("http://").split(":")
+    huge = b'{"cells": [], "pad": "' + b"x" * 600_000 + b'"}'  # over the course's 0.5 MB
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        head = (
+            f"POST /api/assignments/T1/submissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tokens['alice']}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(huge)}\r\n\r\n"
+        )
+        try:
+            raw.sendall(head.encode() + huge)
+        except OSError:  # the server answered and closed while the body was still on its way: as it should
+            pass
+        assert raw.recv(200).startswith(b"HTTP/1.1 413")
+    # a client that declares a huge body is answered at once, before it sends a byte of it
     with socket.create_connection((host, int(port)), timeout=10) as raw:
         raw.sendall(
             f"POST /api/assignments/T1/submissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tokens['alice']}\r\n"
@@ -199,3 +217,17 @@ def test_in_colab_the_notebook_as_it_is_open_is_sent_and_failures_are_one_line(s
         with pytest.raises(client.SubmitError, match=said) as caught:
             client.submit("T1", server_url, token, notebook=notebook)
         assert "\n" not in str(caught.value)
+
+
+def test_grading_runs_below_the_services_own_priority(served):
+    """A deadline's kernels never starve the requests that ask how it goes: they run niced below the service."""
+    course, server, tokens, _ = served
+    probe = "import os\nprint(f'NICENESS={os.nice(0)}')\n" + "def square(x):\n    return x**2"
+    sent = server.call(
+        "POST", "/api/assignments/T1/submissions", tokens["carol"], notebook_bytes(course, square=probe)
+    )
+    assert sent.status == 202, sent.body
+    assert server.wait_graded(tokens["carol"], sent.body["id"])["score"] == 100.0
+    page = server.call("GET", f"/api/submissions/{sent.body['id']}/feedback", tokens["instructor"]).body
+    assert "NICENESS=5" in page, page[-2000:]
+    assert os.getpriority(os.PRIO_PROCESS, server.process.pid) == 0  # the service's own requests

@@ -20,13 +20,9 @@ import uuid
 import nbformat
 import pytest
 
-from autograder.course import Course
-from autograder.intake.release import release
-from autograder.service.store import Store, form_key, parse_stamp, utc_now
+from autograder.service.store import form_key, parse_stamp, utc_now
 from tests.fixtures import service
 from tests.fixtures.service import WRONG_SQUARE, notebook_bytes
-from tests.fixtures.toy_course import make_course
-from tests.fixtures.warm import warm_toy
 
 PER_HOUR = 3
 STUDENTS = (
@@ -41,24 +37,12 @@ SUBMIT = "/api/assignments/T1/submissions"
 @pytest.fixture(scope="module")
 def attack(tmp_path_factory):
     """The toy course with T1 open, ``PER_HOUR`` submissions an hour, 1 MB notebooks, 2 workers, short timeouts."""
-    tmp = tmp_path_factory.mktemp("attack")
-    root = warm_toy(make_course(tmp / "course"), tmp / "own")
-    course = Course(root=root)
-    release(course, ["T1"])
-    (root / "service.toml").write_text(f'open = ["T1"]\nper_hour = {PER_HOUR}\nmax_notebook_mb = 1\n')
-    store = Store(course.work / "service")
-    tokens = {sid: store.tokens.issue(sid) for sid in (*STUDENTS, ODD_ID)}
-    tokens["instructor"] = store.tokens.issue("instructor", role="instructor")
-    revoked = store.tokens.issue("mallory")
-    store.tokens.revoke("mallory")
-    server = service.start(
-        root, tmp / "service.log", "--workers", "2", "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "30"
-    )
-    try:
-        server.wait_open("T1", tokens["alice"])
-        yield course, server, tokens, revoked, store
-    finally:
-        service.stop(server)
+    settings = f'open = ["T1"]\nper_hour = {PER_HOUR}\nmax_notebook_mb = 1\n'
+    limits = ("--workers", "2", "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "30")
+    with service.toy_service(
+        tmp_path_factory.mktemp("attack"), settings, (*STUDENTS, ODD_ID), *limits
+    ) as made:
+        yield made
 
 
 # helpers --------------------------------------------------------------------------------------------------------
