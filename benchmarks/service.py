@@ -7,8 +7,8 @@ loopback interface of this machine, driven over HTTP as ``dlcourse.submit`` driv
   measured cells' runs).
 - **A deadline spike:** 300 submissions of A1 from 150 students spread over 60 s (``--quick``: 20 from 10 in 10 s);
   each one's wait from its acknowledgement to the moment it is seen graded (p50, p95, max), against the spike's lower
-  bound (every submission's cell time, summed, over the workers); the status requests' latency meanwhile; and that
-  every acknowledged submission was graded once.
+  bound (every submission's cell time, summed, over the workers); meanwhile, students asking after their waiting
+  submissions (the latency of those requests); and that every acknowledged submission was graded once.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ def spike(students: int, each: int, window: float, workers: int) -> dict:
         served.wait_open()
         bodies = [(served.course.samples("A1") / f"{n}.ipynb").read_bytes() for n in ("perfect", "partial")]
         acked: dict[str, float] = {}
+        owners: dict[str, int] = {}  # id -> the sender's index (its student: index % students)
         seen: dict[str, float] = {}
         latencies: list[float] = []
         lock, stop = threading.Lock(), threading.Event()
@@ -144,22 +145,31 @@ def spike(students: int, each: int, window: float, workers: int) -> dict:
             if status == 202:
                 with lock:
                     acked[state["id"]] = time.monotonic()
+                    owners[state["id"]] = index
 
-        def watch() -> None:
+        def watch() -> None:  # which are graded, from the instructor's list (not timed)
             while not stop.is_set():
-                started = time.perf_counter()
-                status, listed = served.call(
-                    "GET", "/api/submissions?assignment=A1&limit=5000", served.instructor
-                )
-                latencies.append(time.perf_counter() - started)
+                listed = served.call("GET", "/api/submissions?assignment=A1&limit=5000", served.instructor)[1]
                 now = time.monotonic()
                 for s in listed.get("submissions", []):
                     if s["state"] in ("graded", "error"):
                         seen.setdefault(s["id"], now)
                 time.sleep(0.25)
 
-        watcher = threading.Thread(target=watch)
+        def ask() -> None:  # students asking how their submission does, as dlcourse.submit asks (timed)
+            while not stop.is_set():
+                with lock:
+                    waiting = [i for i in acked if i not in seen][-20:]
+                for one in waiting[:4]:
+                    owner = names[owners[one] % students]
+                    started = time.perf_counter()
+                    served.call("GET", f"/api/submissions/{one}", served.tokens[owner])
+                    latencies.append(time.perf_counter() - started)
+                time.sleep(0.1)
+
+        watcher, asker = threading.Thread(target=watch), threading.Thread(target=ask)
         watcher.start()
+        asker.start()
         senders = [threading.Thread(target=send, args=(i,)) for i in range(students * each)]
         for t in senders:
             t.start()
@@ -170,6 +180,7 @@ def spike(students: int, each: int, window: float, workers: int) -> dict:
             time.sleep(0.5)
         stop.set()
         watcher.join()
+        asker.join()
         waits = sorted(seen[i] - acked[i] for i in acked if i in seen)
         cells = [c for c in (served.cell_seconds(s) for s in names) if c is not None]  # each student's last
         total_cell = sum(cells) / max(1, len(cells)) * len(acked)  # the class's cell time, from the mean
@@ -180,6 +191,7 @@ def spike(students: int, each: int, window: float, workers: int) -> dict:
             "acknowledged": len(acked), "graded": len(waits),
             "wait_p50": _q(waits, 0.5), "wait_p95": _q(waits, 0.95), "wait_max": waits[-1] if waits else None,
             "lower_bound_seconds": round(bound, 2),
+            "status_asked": "student",
             "status_p50_ms": round(1000 * _q(latencies, 0.5), 1), "status_p95_ms": round(1000 * _q(latencies, 0.95), 1),
         }  # fmt: skip
     finally:
@@ -197,6 +209,7 @@ def run_service(quick: bool = False) -> dict:
         result["idle"][aid] = idle(aid, 2 if quick else 5, workers)
     result["spike"] = spike(10, 2, 10.0, workers) if quick else spike(150, 2, 60.0, workers)
     result["note"] = (
-        "the grader runs in the service's own process, its kernels at the same priority as the service's requests"
+        "the grader runs in the service's own process, its threads and kernels at niceness 5 below the requests; the "
+        "status latency is a student's request for one submission, as dlcourse.submit polls"
     )
     return result

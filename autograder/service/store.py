@@ -137,7 +137,6 @@ class Database:
         db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
         try:
             db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")  # a committed row survives the machine's crash too
             db.execute("PRAGMA foreign_keys=ON")
             yield db
@@ -243,6 +242,7 @@ class Store(Database):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         super().__init__(self.folder / "service.sqlite")
         with self.connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers never wait for the writer
             db.executescript(SCHEMA)
         self.tokens = Tokens(self.path)
         self.sessions = Sessions(self.path)
