@@ -2,7 +2,8 @@
 seconds; the instructor watches the queue. :mod:`.store` keeps the tokens (as hashes) and every submission, durably,
 before it is acknowledged; :mod:`.worker` proves the grader on each open assignment and grades the queue on the
 course's own pipeline, into the same gradebook the command line uses; :mod:`.app` is the HTTP door (Starlette under
-uvicorn); :mod:`.config` the one settings file, ``service.toml``.
+uvicorn), :mod:`.pages` what a browser sees there, :mod:`.status` the instructor's view of the queue and
+:mod:`.refused` a refusal with its status and reason; :mod:`.config` the one settings file, ``service.toml``.
 
 May import: the vocabulary, :mod:`autograder.runner`, :mod:`autograder.intake`, :mod:`autograder.grading`,
 :mod:`autograder.outputs` and this wing."""

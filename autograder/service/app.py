@@ -16,7 +16,6 @@ import inspect
 import json
 import math
 import sqlite3
-import statistics
 import sys
 import traceback
 from datetime import UTC, timedelta
@@ -30,6 +29,8 @@ from starlette.routing import Route
 from autograder.course import Course
 from autograder.intake.late import deadlines
 from autograder.service.config import ServiceConfig
+from autograder.service.refused import Refused
+from autograder.service.status import status_of
 from autograder.service.store import RateLimited, Store, Submission, Who, parse_stamp, utc_now
 from autograder.service.worker import Worker
 
@@ -45,12 +46,6 @@ HEADERS = {
 WINDOW = timedelta(hours=1)
 IDEMPOTENCY_KEY_CHARS = 200
 LIST_LIMIT = 5000  # submissions in one listing at most (newest first; 200 unless asked)
-
-
-class Refused(Exception):
-    def __init__(self, status: int, message: str, headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers or {}
 
 
 def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
@@ -238,32 +233,7 @@ class Service:
         who = self.who(request)
         if not who.instructor:
             raise Refused(403, "the instructor's token only")
-        return JSONResponse(self.status_of())
-
-    def status_of(self) -> dict:
-        listed = self.store.listed(limit=100000)
-        waits = sorted(
-            (parse_stamp(s.finished_utc) - parse_stamp(s.received_utc)).total_seconds()
-            for s in listed
-            if s.state == "graded" and s.finished_utc
-        )
-        latest: dict[str, dict] = {}
-        for s in listed:  # newest first: the first seen is the latest
-            latest.setdefault(f"{s.student_id}/{s.aid}", {
-                "student": s.student_id, "assignment": s.aid, "state": s.state, "score": s.score,
-                "received": s.received_utc, "feedback_page": f"/api/submissions/{s.id}/feedback",
-            })  # fmt: skip
-        return {
-            "counts": self.store.counts(),
-            "seconds_to_feedback": {
-                "p50": statistics.median(waits) if waits else None,
-                "p95": waits[min(len(waits) - 1, int(0.95 * len(waits)))] if waits else None,
-                "max": waits[-1] if waits else None,
-            },
-            "errors": [{"id": s.id, "student": s.student_id, "reason": s.reason} for s in listed if s.state == "error"],
-            "latest": list(latest.values()),
-            "assignments": {aid: {"state": d.state, "reason": d.reason} for aid, d in self.worker.doors.items()},
-        }  # fmt: skip
+        return JSONResponse(status_of(self.store, self.worker.doors))
 
     def health(self, request: Request) -> Response:
         return JSONResponse({"ok": True})

@@ -19,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from autograder.service.refused import Refused
+from autograder.service.status import status_of
 from autograder.service.store import form_key
 
 COOKIE = "grader_session"
@@ -57,8 +59,6 @@ class Pages:
 
     def checked_form(self, request: Request, form, cookie: str = COOKIE) -> None:
         """A form post from this site's own page (of this session, or the sign-in page's ``cookie``), or refused."""
-        from autograder.service.app import Refused
-
         origin = request.headers.get("origin")
         if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
             raise Refused(403, "a form of another site is refused")
@@ -88,8 +88,6 @@ class Pages:
         return answer
 
     async def sign_in(self, request: Request) -> Response:
-        from autograder.service.app import Refused
-
         form = await request.form(max_files=0, max_fields=4, max_part_size=1024)
         try:
             self.checked_form(request, form, cookie=SIGN_IN_COOKIE)
@@ -108,8 +106,6 @@ class Pages:
         return answer
 
     async def sign_out(self, request: Request) -> Response:
-        from autograder.service.app import Refused
-
         form = await request.form(max_files=0, max_fields=4, max_part_size=1024)
         try:
             self.checked_form(request, form)
@@ -131,7 +127,9 @@ class Pages:
         key = form_key(self.session(request))
         out = f'<form method="post" action="/signout"><input type="hidden" name="form_key" value="{key}"><button>Sign out</button></form>'
         if who.instructor:
-            return page("The grading service: live", self.live() + out, refresh=5)
+            return page(
+                "The grading service: live", live(self.store, self.service.worker.doors) + out, refresh=5
+            )
         return page(
             f"Your submissions, {who.student_id}", self.uploads(key) + self.listing(who) + out, refresh=None
         )
@@ -166,8 +164,6 @@ class Pages:
         )
 
     async def upload(self, request: Request) -> Response:
-        from autograder.service.app import Refused
-
         who = await run_in_threadpool(self.signed_in, request)
         if who is None:
             return RedirectResponse("/", status_code=303)
@@ -202,8 +198,6 @@ class Pages:
         return RedirectResponse(f"/submissions/{submission.id}", status_code=303)
 
     def submission(self, request: Request) -> Response:
-        from autograder.service.app import Refused
-
         who = self.signed_in(request)
         if who is None:
             return RedirectResponse("/", status_code=303)
@@ -237,8 +231,6 @@ class Pages:
         return page(title, body + '<p><a href="/">Back</a></p>')
 
     def feedback(self, request: Request) -> Response:
-        from autograder.service.app import Refused
-
         who = self.signed_in(request)
         if who is None:
             return RedirectResponse("/", status_code=303)
@@ -247,35 +239,37 @@ class Pages:
         except Refused as refused:
             return page("Not shown", f"<p>{escape(refused.message)}</p>", status=refused.status)
 
-    def live(self) -> str:
-        status = self.service.status_of()
-        counts = ", ".join(f"{n} {state}" for state, n in sorted(status["counts"].items())) or "none yet"
-        waits = status["seconds_to_feedback"]
-        timing = (
-            f"received to graded: median {waits['p50']:.1f} s, 95th percentile {waits['p95']:.1f} s, longest {waits['max']:.1f} s"
-            if waits["p50"] is not None
-            else "nothing graded yet"
-        )
-        doors = "".join(
-            f"<li>{escape(aid)}: {escape(d['state'])} {escape(d['reason'])}</li>"
-            for aid, d in status["assignments"].items()
-        )
-        errors = "".join(
-            f"<li>{escape(e['student'])}: {escape(e['reason'] or '')}</li>" for e in status["errors"]
-        )
-        rows = "".join(
-            f"<tr><td>{escape(r['student'])}</td><td>{escape(r['assignment'])}</td><td>{escape(r['state'])}</td>"
-            f"<td>{_score(r['score'])}</td><td>{escape(r['received'])}</td>"
-            f'<td><a href="{escape(r["feedback_page"].replace("/api", ""))}">feedback</a></td></tr>'
-            for r in status["latest"]
-        )
-        return (
-            f"<p>Submissions: {escape(counts)}. {escape(timing)}.</p><ul>{doors}</ul>"
-            + (f'<h2 class="bad">Errors</h2><ul>{errors}</ul>' if errors else "")
-            + "<h2>Each student's latest</h2><table><tr><th>student</th><th>assignment</th><th>state</th>"
-            f"<th>score</th><th>received</th><th></th></tr>{rows}</table>"
-        )
-
 
 def _score(score: float | None) -> str:
     return "" if score is None else f"{score:g}"
+
+
+def live(store, doors) -> str:
+    """The instructor's live page's body."""
+    status = status_of(store, doors)
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(status["counts"].items())) or "none yet"
+    waits = status["seconds_to_feedback"]
+    timing = (
+        f"received to graded: median {waits['p50']:.1f} s, 95th percentile {waits['p95']:.1f} s, longest {waits['max']:.1f} s"
+        if waits["p50"] is not None
+        else "nothing graded yet"
+    )
+    doors = "".join(
+        f"<li>{escape(aid)}: {escape(d['state'])} {escape(d['reason'])}</li>"
+        for aid, d in status["assignments"].items()
+    )
+    errors = "".join(
+        f"<li>{escape(e['student'])}: {escape(e['reason'] or '')}</li>" for e in status["errors"]
+    )
+    rows = "".join(
+        f"<tr><td>{escape(r['student'])}</td><td>{escape(r['assignment'])}</td><td>{escape(r['state'])}</td>"
+        f"<td>{_score(r['score'])}</td><td>{escape(r['received'])}</td>"
+        f'<td><a href="{escape(r["feedback_page"].replace("/api", ""))}">feedback</a></td></tr>'
+        for r in status["latest"]
+    )
+    return (
+        f"<p>Submissions: {escape(counts)}. {escape(timing)}.</p><ul>{doors}</ul>"
+        + (f'<h2 class="bad">Errors</h2><ul>{errors}</ul>' if errors else "")
+        + "<h2>Each student's latest</h2><table><tr><th>student</th><th>assignment</th><th>state</th>"
+        f"<th>score</th><th>received</th><th></th></tr>{rows}</table>"
+    )
