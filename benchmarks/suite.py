@@ -3,7 +3,8 @@
 A test session of 50 or more tests writes its slowest-tests table to ``.grading/suite/durations.json``
 (``tests/suite_durations.py``); every ``python -m benchmarks`` copies a table newer than the last kept one to
 ``results/suite-<UTC timestamp of the session's end>.json``, and RESULTS.md shows the latest kept table. Only a
-table of the whole suite is kept (``"whole_suite": true``: no paths, ``-k`` or ``--lf`` chose part of it), so that a
+table of the whole suite is kept (``"whole_suite": true``: no paths, ``-k`` or ``--lf`` chose part of it; such a session
+writes ``durations-part.json`` instead, never over the whole suite's table), so that a
 session of one file's 200 tests never stands for the suite's time.
 """
 

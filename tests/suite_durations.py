@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 MIN_TESTS = 50  # a run of one file or a few tests leaves a full run's table in place
+PART_NAME = "durations-part.json"  # where a session of part of the suite writes its table instead
 
 
 def whole_suite(config: pytest.Config) -> bool:
@@ -99,13 +100,16 @@ class SuiteDurations:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if len(self.seconds) < MIN_TESTS:
             return
-        text = json.dumps(self.table(exitstatus), indent=1) + "\n"
-        part = self.path.with_name(f".{self.path.name}.{os.getpid()}.part")
+        table = self.table(exitstatus)
+        text = json.dumps(table, indent=1) + "\n"
+        # part of the suite (paths, -k, --lf) never replaces the whole suite's table, which make bench keeps
+        target = self.path if table["whole_suite"] else self.path.with_name(PART_NAME)
+        part = target.with_name(f".{target.name}.{os.getpid()}.part")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
             part.write_text(text, encoding="utf-8")
-            os.replace(part, self.path)  # whole or not at all: a reader never sees half a table
+            os.replace(part, target)  # whole or not at all: a reader never sees half a table
         except OSError as err:  # the table is a by-product; the session's result stands
-            print(f"\nsuite durations not written to {self.path}: {err}", file=sys.stderr)
+            print(f"\nsuite durations not written to {target}: {err}", file=sys.stderr)
             with contextlib.suppress(OSError):
                 part.unlink(missing_ok=True)

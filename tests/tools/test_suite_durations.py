@@ -113,10 +113,14 @@ def test_the_controller_writes_every_tests_seconds_and_outcome(root, tmp_path):
 @pytest.mark.parametrize(
     "part", [["test_made_up.py"], ["-k", "trivial or slow"], ["--deselect", "test_made_up.py::test_fails"]]
 )
-def test_a_session_of_part_of_the_suite_says_so(root, tmp_path, part):
+def test_a_session_of_part_of_the_suite_says_so_and_leaves_the_whole_suites_table(root, tmp_path, part):
+    folder = tmp_path / ".grading" / "suite"
+    folder.mkdir(parents=True)
+    (folder / "durations.json").write_text('{"whole": "the last make test"}')
     run_made_up_session(root, tmp_path, 60, *part)
-    table = json.loads((tmp_path / ".grading" / "suite" / "durations.json").read_text())
+    table = json.loads((folder / "durations-part.json").read_text())
     assert len(table["tests"]) >= MIN_TESTS and table["whole_suite"] is False
+    assert json.loads((folder / "durations.json").read_text()) == {"whole": "the last make test"}
 
 
 def report(nodeid: str, when: str, outcome: str, duration: float, **extra) -> SimpleNamespace:
@@ -125,7 +129,11 @@ def report(nodeid: str, when: str, outcome: str, duration: float, **extra) -> Si
 
 def test_a_session_of_fewer_than_50_tests_writes_nothing(tmp_path):
     path = tmp_path / "suite" / "durations.json"
-    config = SimpleNamespace(option=SimpleNamespace(markexpr=""), invocation_params=SimpleNamespace(args=()))
+    config = SimpleNamespace(
+        option=SimpleNamespace(markexpr=""),
+        invocation_params=SimpleNamespace(args=()),
+        args_source=pytest.Config.ArgsSource.TESTPATHS,  # the whole suite
+    )
     plugin = SuiteDurations(config, path)
     for i in range(MIN_TESTS - 1):
         plugin.pytest_runtest_logreport(report(f"t.py::test_{i}", "call", "passed", 0.5))
@@ -139,7 +147,11 @@ def test_a_session_of_fewer_than_50_tests_writes_nothing(tmp_path):
 def test_outcomes_and_an_unwritable_table_do_not_fail_the_session(tmp_path, capsys):
     blocker = tmp_path / "a file"
     blocker.write_text("")
-    config = SimpleNamespace(option=SimpleNamespace(markexpr=""), invocation_params=SimpleNamespace(args=()))
+    config = SimpleNamespace(
+        option=SimpleNamespace(markexpr=""),
+        invocation_params=SimpleNamespace(args=()),
+        args_source=pytest.Config.ArgsSource.TESTPATHS,  # the whole suite
+    )
     plugin = SuiteDurations(config, blocker / "suite" / "durations.json")
     for i in range(MIN_TESTS):
         for when in ("setup", "call", "teardown"):
