@@ -30,7 +30,14 @@ def test_quick_run_records_a_well_formed_run(root, tmp_path):
     runs = sorted((tmp_path / "results").glob("*.json"))
     assert [p.name for p in runs] and re.fullmatch(r"\d{4}-\d\d-\d\dT\d{6}Z\.json", runs[0].name)
     run = json.loads(runs[0].read_text())
-    assert run["quick"] is True and set(run["sections"]) == {"grading", "course", "claims"}
+    assert run["quick"] is True and set(run["sections"]) == {"grading", "course", "claims", "service"}
+    served = run["sections"]["service"]  # the grading service: idle A1, and a small deadline
+    (idle,) = served["idle"]["A1"]["submissions"][:1]
+    assert idle["score"] == 100.0 and idle["seconds"] > idle["cell_seconds"] > 0
+    spike = served["spike"]
+    assert (
+        spike["acknowledged"] == spike["graded"] == spike["submissions"] == 20 and spike["status_p95_ms"] > 0
+    )
 
     machine = run["machine"]
     assert machine["cores"] >= 1 and machine["cpu_model"]
