@@ -69,7 +69,6 @@ class Worker(threading.Thread):
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.graded = 0
         self.proving = threading.Lock()  # one proof at a time (each slot may find a source changed)
         self.recording = threading.Lock()
         self.batches: dict[str, Batch] = {}
@@ -224,4 +223,3 @@ class Worker(threading.Thread):
             for c in result.cells
         ]  # fmt: skip
         self.store.finish(submission.id, result.score, result.max_score, result.status, result.reason, cells)
-        self.graded += 1
