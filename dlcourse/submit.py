@@ -39,6 +39,7 @@ def submit(
     grade (0: do not wait) and show it. Returns what the service said last about the submission."""
     client = _Client(server.rstrip("/"), token)
     body = _notebook_bytes(notebook)
+    _fits(client.request("GET", "/api/assignments"), len(body))
     show = _Shower()
     sent = client.request("POST", f"/api/assignments/{assignment}/submissions", body, key=uuid.uuid4().hex)
     show.progress(sent)
@@ -85,6 +86,17 @@ class _Client:
                 time.sleep(1.0 + attempt)
         reason = getattr(last, "reason", last)
         raise SubmitError(f"cannot reach the grading service at {self.server}: {reason}")
+
+
+def _fits(door: dict, size: int) -> None:
+    """Refuse here a notebook over the service's limit: the service refuses it by its declared length and
+    closes, which a client still sending sees only as a broken connection."""
+    limit = door.get("max_notebook_bytes")
+    if isinstance(limit, int) and size > limit:
+        raise SubmitError(
+            f"this notebook is {size / 2**20:.1f} MB and the grading service takes at most {limit / 2**20:.1f} MB:"
+            " clear its outputs (Edit > Clear all outputs), save, and submit again"
+        )
 
 
 def _refusal(err) -> str:

@@ -226,6 +226,7 @@ class Service:
         return JSONResponse({
             "assignments": {aid: {"state": d.state, "reason": d.reason} for aid, d in self.worker.doors.items()},
             "per_hour": self.config.per_hour,
+            "max_notebook_bytes": self.config.max_bytes,
         })  # fmt: skip
 
     def status(self, request: Request) -> Response:

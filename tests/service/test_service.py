@@ -100,19 +100,12 @@ def test_what_is_refused_is_refused_before_the_body_is_read_and_says_why(served)
     assert (
         server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], b'{"cells": 3}').status == 400
     )
-    host, port = server.url.removeprefix("http://").split(":")
     huge = b'{"cells": [], "pad": "' + b"x" * 600_000 + b'"}'  # over the course's 0.5 MB
-    with socket.create_connection((host, int(port)), timeout=10) as raw:
-        head = (
-            f"POST /api/assignments/T1/submissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tokens['alice']}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(huge)}\r\n\r\n"
-        )
-        try:
-            raw.sendall(head.encode() + huge)
-        except OSError:  # the server answered and closed while the body was still on its way: as it should
-            pass
-        assert raw.recv(200).startswith(b"HTTP/1.1 413")
+    assert server.offered("/api/assignments/T1/submissions", tokens["alice"], huge).startswith(
+        b"HTTP/1.1 413"
+    )
     # a client that declares a huge body is answered at once, before it sends a byte of it
+    host, port = server.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as raw:
         raw.sendall(
             f"POST /api/assignments/T1/submissions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tokens['alice']}\r\n"
@@ -207,6 +200,12 @@ def test_in_colab_the_notebook_as_it_is_open_is_sent_and_failures_are_one_line(s
     monkeypatch.setenv("JPY_SESSION_NAME", str(saved))
     assert client.submit("T1", server.url, tokens["alice"])["score"] == 60.0
     monkeypatch.delenv("JPY_SESSION_NAME")
+    heavy = tmp_path / "heavy.ipynb"  # a printed output kept: over the course's 0.5 MB
+    printed = nbformat.reads(notebook_bytes(course).decode(), as_version=4)
+    next(c for c in printed.cells if c.cell_type == "code").outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="x" * 600_000)
+    ]
+    nbformat.write(printed, heavy)
     for token, server_url, notebook, said in [
         (revoked, server.url, saved, "did not accept your token"),
         (
@@ -216,6 +215,7 @@ def test_in_colab_the_notebook_as_it_is_open_is_sent_and_failures_are_one_line(s
             "cannot reach the grading service at http://127.0.0.1:9",
         ),
         (tokens["alice"], server.url, None, "cannot tell which notebook is open here"),
+        (tokens["alice"], server.url, heavy, r"is 0\.6 MB and the grading service takes at most 0\.5 MB"),
     ]:
         monkeypatch.setattr(client.time, "sleep", lambda s: None)
         with pytest.raises(client.SubmitError, match=said) as caught:
