@@ -4,7 +4,7 @@ Each notebook runs as the test suite runs it (``autograder.intake.notebooks.exec
 folder), and its wall time, kernel start included, is set against its limit on a 2-core CPU: a lecture's is
 its own metadata's (``dlcourse.time_limit_s``), an assignment's 120 s. This is where the limits are checked:
 the test suite runs every lecture too, but a suite's time depends on what else the machine does (at load 6-9,
-lecture 6 took 122 s against its 90), so there a run only has to finish (:data:`HANG_FACTOR` times its limit).
+lecture 6 took 122 s against its 90), so there a run only has to stay within :data:`HANG_FACTOR` times its limit in CPU time.
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ class SuiteDurations:
         self.seconds: dict[str, float] = {}
         self.phases: dict[str, dict[str, str]] = {}  # test id -> {phase: its report's outcome}
         self.xfail: set[str] = set()
+        self.began: dict[
+            str, tuple[float, str]
+        ] = {}  # test id -> (its setup's start, epoch; its xdist worker)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.started = time.time()
@@ -60,6 +63,10 @@ class SuiteDurations:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
         self.phases.setdefault(report.nodeid, {})[report.when] = report.outcome
+        if report.when == "setup":  # when, and on which worker: what else ran beside a test that was slow
+            node = getattr(report, "node", None)
+            worker = getattr(getattr(node, "gateway", None), "id", "")
+            self.began[report.nodeid] = (getattr(report, "start", 0.0), worker)
         if hasattr(report, "wasxfail"):
             self.xfail.add(report.nodeid)
 
@@ -73,6 +80,15 @@ class SuiteDurations:
         if "skipped" in phases.values():
             return "xfailed" if nodeid in self.xfail else "skipped"
         return "xpassed" if nodeid in self.xfail else "passed"
+
+    def row(self, nodeid: str, seconds: float, outcome: str) -> dict:
+        row = {"seconds": round(seconds, 3), "outcome": outcome}
+        start, worker = self.began.get(nodeid, (0.0, ""))
+        if start:
+            row["began_s"] = round(start - self.started, 1)  # from the session's start
+        if worker:
+            row["worker"] = worker
+        return row
 
     def table(self, exitstatus: int | None = None) -> dict:
         ended = time.time()
@@ -92,7 +108,7 @@ class SuiteDurations:
             "whole_suite": whole_suite(self.config),
             "counts": dict(Counter(outcomes.values())),
             "tests": {
-                nodeid: {"seconds": round(seconds, 3), "outcome": outcomes[nodeid]}
+                nodeid: self.row(nodeid, seconds, outcomes[nodeid])
                 for nodeid, seconds in self.seconds.items()
             },
         }

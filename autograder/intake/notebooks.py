@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -20,6 +21,12 @@ class Execution:
     notebook: nbformat.NotebookNode
     seconds: float
     workdir: Path
+    cpu_seconds: float = 0.0  # the kernel's own CPU time (user and system), whatever the machine's load
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def kernel_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -56,6 +63,8 @@ def execute_notebook(
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(workdir)}},
     )
-    start = time.perf_counter()
-    client.execute(env=kernel_env(env), cwd=str(workdir))
-    return Execution(nb, time.perf_counter() - start, workdir)
+    start, cpu = time.perf_counter(), _children_cpu()
+    client.execute(
+        env=kernel_env(env), cwd=str(workdir)
+    )  # (the kernel is waited for, so its time is counted)
+    return Execution(nb, time.perf_counter() - start, workdir, _children_cpu() - cpu)

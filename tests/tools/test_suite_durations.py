@@ -107,6 +107,9 @@ def test_the_controller_writes_every_tests_seconds_and_outcome(root, tmp_path):
     assert tests["test_made_up.py::test_trivial[59]"]["outcome"] == "passed"
     assert tests["test_made_up.py::test_trivial[59]"]["seconds"] < slow
     assert table["wall_seconds"] >= slow
+    # when each began and where: what ran beside a test that was slow
+    assert {t["worker"] for t in tests.values()} == {"gw0", "gw1"}
+    assert all(0 <= t["began_s"] <= table["wall_seconds"] for t in tests.values())
     assert not list((tmp_path / ".grading" / "suite").glob("*.part"))
 
 
