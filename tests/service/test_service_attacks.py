@@ -522,7 +522,7 @@ def test_a_huge_valid_notebook_and_one_of_thousands_of_cells_are_graded_and_one_
     for who, body in (("sam", padded), ("ivy", many)):
         start = time.monotonic()
         shown = server.wait_graded(tokens[who], submitted(server, tokens[who], body)["id"])
-        assert shown["score"] == 100.0 and time.monotonic() - start < 30, who
+        assert shown["score"] == 100.0 and time.monotonic() - start < 60, who
     over = with_cells(course, [nbformat.v4.new_markdown_cell("x" * 1_100_000)])
     assert server.offered(SUBMIT, tokens["sam"], over).startswith(b"HTTP/1.1 413")
 
