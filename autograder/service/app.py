@@ -101,7 +101,11 @@ class Service:
             "all" if who.instructor or not self.before_deadline(submission) else self.config.before_deadline
         )
         view.update(
-            score=submission.score, max_score=submission.max_score, status=submission.status, feedback=rule
+            score=submission.score,
+            max_score=submission.max_score,
+            status=submission.status,
+            feedback=rule,
+            counted=submission.counted,  # the one the gradebook holds
         )
         if rule in ("parts", "all"):
             view["parts"] = [

@@ -10,6 +10,7 @@ from pathlib import Path
 
 FILE = "service.toml"
 FEEDBACK = ("parts", "score", "all")
+COUNTS = ("latest", "best")
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,17 @@ class ServiceConfig:
     max_notebook_mb: float = field(default=8.0, metadata={
         "help": "the largest notebook taken, in MB: refused before its body is read"
     })  # fmt: skip
-    grade_batch: int = field(default=0, metadata={
-        "help": "submissions graded together at most (0: twice the workers)"
+    counts: str = field(default="latest", metadata={
+        "help": "the submission the gradebook holds: latest (the latest graded, a late one with the late "
+        "policy's penalty, as nbgrader) or best (the highest score after the late penalty); every submission is "
+        "kept in the history either way"
     })  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.before_deadline not in FEEDBACK:
             raise ValueError(f"before_deadline must be one of {FEEDBACK}, not {self.before_deadline!r}")
+        if self.counts not in COUNTS:
+            raise ValueError(f"counts must be one of {COUNTS}, not {self.counts!r}")
         if not isinstance(self.per_hour, int) or self.per_hour < 1:
             raise ValueError(f"per_hour must be a whole number of at least 1, not {self.per_hour!r}")
         if not 0 < self.max_notebook_mb <= 64:

@@ -151,6 +151,8 @@ class Pages:
         rows = []
         for s in self.store.listed(who.student_id, limit=200):
             score = f"{s.score:g} / {s.max_score:g}" if s.state == "graded" else escape(s.state)
+            if s.counted:
+                score += " (counts)"
             rows.append(
                 f"<tr><td>{escape(s.aid)}</td><td>{escape(s.received_utc)}</td><td>{score}</td>"
                 f'<td><a href="/submissions/{escape(s.id)}">what was found</a></td></tr>'
@@ -263,7 +265,8 @@ def live(store, doors) -> str:
     )
     rows = "".join(
         f"<tr><td>{escape(r['student'])}</td><td>{escape(r['assignment'])}</td><td>{escape(r['state'])}</td>"
-        f"<td>{_score(r['score'])}</td><td>{escape(r['received'])}</td>"
+        f"<td>{_score(r['score'])}</td><td>{_score(r.get('counted', {}).get('final'))}</td>"
+        f"<td>{escape(r['received'])}</td>"
         f'<td><a href="{escape(r["feedback_page"].replace("/api", ""))}">feedback</a></td></tr>'
         for r in status["latest"]
     )
@@ -271,5 +274,5 @@ def live(store, doors) -> str:
         f"<p>Submissions: {escape(counts)}. {escape(timing)}.</p><ul>{doors}</ul>"
         + (f'<h2 class="bad">Errors</h2><ul>{errors}</ul>' if errors else "")
         + "<h2>Each student's latest</h2><table><tr><th>student</th><th>assignment</th><th>state</th>"
-        f"<th>score</th><th>received</th><th></th></tr>{rows}</table>"
+        f"<th>score</th><th>in the gradebook</th><th>received</th><th></th></tr>{rows}</table>"
     )

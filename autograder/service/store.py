@@ -61,11 +61,14 @@ CREATE TABLE IF NOT EXISTS submissions (
     status TEXT,
     reason TEXT,
     cells TEXT,
+    final REAL,
+    counted INTEGER NOT NULL DEFAULT 0,
     UNIQUE (student_id, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_student ON submissions (student_id, aid, received_utc);
 CREATE INDEX IF NOT EXISTS submissions_by_state ON submissions (state, seq);
 """
+ADDED = {"final": "REAL", "counted": "INTEGER NOT NULL DEFAULT 0"}  # columns a store made before them lacks
 MAX_ATTEMPTS = 3  # the grader's failures on one submission before it is shown as an error
 SESSION_HOURS = 12  # a browser's sign-in lasts this long
 
@@ -117,11 +120,14 @@ class Submission:
     status: str | None
     reason: str | None
     cells: list | None
+    final: float | None = None  # the score after the late penalty
+    counted: bool = False  # the one the gradebook holds (service.toml's counts)
 
     @classmethod
     def of(cls, row: sqlite3.Row) -> Submission:
         values = {k: row[k] for k in row.keys() if k in cls.__dataclass_fields__}
         values["cells"] = json.loads(row["cells"]) if row["cells"] else None
+        values["counted"] = bool(row["counted"])
         return cls(**values)
 
 
@@ -244,6 +250,10 @@ class Store(Database):
         with self.connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers never wait for the writer
             db.executescript(SCHEMA)
+            have = {row["name"] for row in db.execute("PRAGMA table_info(submissions)")}
+            for name, kind in ADDED.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
         self.tokens = Tokens(self.path)
         self.sessions = Sessions(self.path)
 
@@ -392,13 +402,48 @@ class Store(Database):
             db.execute("COMMIT")
         return [self.get(row["id"]) for row in chosen]
 
-    def finish(self, sid: str, score: float, max_score: float, status: str, reason: str, cells: list) -> None:
+    def finish(self, sid: str, graded: dict, cells: list, counted: bool) -> None:
+        """``sid`` graded: ``graded`` holds its score, max_score, status, reason and final (after the late
+        penalty); ``counted``: it is the one the gradebook holds now (and none other of its student's is)."""
         with self.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            if counted:
+                db.execute(
+                    "UPDATE submissions SET counted = 0 WHERE (student_id, aid) = "
+                    "(SELECT student_id, aid FROM submissions WHERE id = ?)",
+                    (sid,),
+                )
             db.execute(
                 "UPDATE submissions SET state = 'graded', finished_utc = ?, score = ?, max_score = ?, status = ?, "
-                "reason = ?, cells = ? WHERE id = ? AND state = 'running'",
-                (stamp(utc_now()), score, max_score, status, reason, json.dumps(cells), sid),
+                "reason = ?, cells = ?, final = ?, counted = ? WHERE id = ? AND state = 'running'",
+                (
+                    stamp(utc_now()), graded["score"], graded["max_score"], graded["status"], graded["reason"],
+                    json.dumps(cells), graded["final"], int(counted), sid,
+                ),
+            )  # fmt: skip
+            db.execute("COMMIT")
+
+    def count(self, sid: str) -> None:
+        """``sid`` is the one its student's gradebook entry holds now, and none other of theirs."""
+        with self.connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "UPDATE submissions SET counted = (id = ?) WHERE (student_id, aid) = "
+                "(SELECT student_id, aid FROM submissions WHERE id = ?)",
+                (sid, sid),
             )
+            db.execute("COMMIT")
+
+    def best(self, student_id: str, aid: str, besides: str) -> Submission | None:
+        """``student_id``'s graded submission of ``aid`` with the highest final score (the latest of equals),
+        ``besides`` left out."""
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT * FROM submissions WHERE student_id = ? AND aid = ? AND state = 'graded' AND id != ? "
+                "AND final IS NOT NULL ORDER BY final DESC, seq DESC LIMIT 1",
+                (student_id, aid, besides),
+            ).fetchone()
+        return Submission.of(row) if row else None
 
     def failed(self, sid: str, reason: str) -> str:
         """The grader failed ``sid``: back to the queue, or after :data:`MAX_ATTEMPTS` an error (no score). Its

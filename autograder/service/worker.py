@@ -156,6 +156,26 @@ class Worker(threading.Thread):
             self.store.requeue(submission.id, f"waiting: {submission.aid} is closed ({err})")
             self.log(f"service: {submission.aid} closed: {err}")
             return
+        result = self.run_one(batch, submission, slot)
+        if result.is_error:  # the grader's failure: never a score; tried again, then shown as an error
+            state = self.store.failed(submission.id, result.reason or "grader error")
+            self.log(f"service: {submission.id} ({submission.student_id}): grader error, now {state}")
+        else:
+            late = late_penalty(self.course, submission.aid, result)  # (from the timestamp placed with it)
+            earlier = self.best_earlier(submission, late)
+            # the gradebook first, the store's row last: a service killed in between grades it again
+            if earlier is None:
+                self.enter(result)
+            else:  # counts = "best", and an earlier one is better: graded again in its place, and counted
+                self.restore(batch, earlier, slot)
+            self.keep(submission, result, late, counted=earlier is None)
+        try:  # the slot's next kernel boots and imports now, as a batch's worker starts its next one
+            self.ready[slot] = (batch, batch.sandbox(slot).start())
+        except Exception:  # started when it is needed, then
+            pass
+
+    def run_one(self, batch: Batch, submission: Submission, slot: int) -> Result:
+        """``submission`` placed where ``collect`` puts a hand-in and graded on the slot's sandbox."""
         self.place(submission)
         job = Job(submission.student_id)
         ready_batch, sandbox = self.ready.pop(slot, (None, None))
@@ -171,16 +191,42 @@ class Worker(threading.Thread):
             if sandbox is not None:
                 sandbox.cleanup()
         result.inputs = batch.inputs
+        return result
+
+    def enter(self, result: Result) -> None:
+        """``result`` into the gradebook, then its result file, as a batch records them."""
         with self.recording:  # one writer of the gradebook at a time, as a batch records in one thread
-            if not result.is_error:  # the grader's failure is never a student's score
-                with Recorder(self.course.db_url) as recorder:
-                    recorder.record(submission.aid, result)  # the gradebook, then the result file, as a batch
+            with Recorder(self.course.db_url) as recorder:
+                recorder.record(result.assignment, result)
             save_result(self.course, result)
-        self.record(submission, result)
-        try:  # the slot's next kernel boots and imports now, as a batch's worker starts its next one
-            self.ready[slot] = (batch, batch.sandbox(slot).start())
-        except Exception:  # started when it is needed, then
-            pass
+
+    def best_earlier(self, submission: Submission, late) -> Submission | None:
+        """Under ``counts = "best"``: the student's earlier graded submission that scored more after its late
+        penalty than this one (None: this one counts)."""
+        if self.config.counts != "best":
+            return None
+        earlier = self.store.best(submission.student_id, submission.aid, besides=submission.id)
+        if earlier is None or earlier.final is None or earlier.final <= (late.final or 0.0):
+            return None
+        return earlier
+
+    def restore(self, batch: Batch, earlier: Submission, slot: int) -> None:
+        """Grading the worse one put its files in the course's folders: the best one is placed and graded again
+        (the same grade: grading is deterministic), so that the gradebook, the results and the kept run that
+        ``feedback`` and ``regrade`` read are all the best one's."""
+        again = self.run_one(batch, earlier, slot)
+        if again.is_error:
+            self.log(
+                f"service: {earlier.student_id}'s best {earlier.aid} ({earlier.id}) could not be graded again: "
+                f"the gradebook keeps its score, the course's folder holds their latest ({again.reason})"
+            )
+            return
+        if again.score != earlier.score:
+            self.log(
+                f"service: {earlier.id} graded again got {again.score}, first {earlier.score}: recorded as now"
+            )
+        self.enter(again)
+        self.store.count(earlier.id)
 
     def failed_cases(self, aid: str, cell) -> list[str]:
         """The names of a part's hidden cases (its groups: a hidden case and the public checks it joins) that
@@ -207,12 +253,9 @@ class Worker(threading.Thread):
         os.replace(part, target)
         write_timestamp(folder, parse_stamp(submission.received_utc).replace(tzinfo=None))
 
-    def record(self, submission: Submission, result: Result) -> None:
-        if result.is_error:  # the grader's failure: never a score; tried again, then shown as an error
-            state = self.store.failed(submission.id, result.reason or "grader error")
-            self.log(f"service: {submission.id} ({submission.student_id}): grader error, now {state}")
-            return
-        page = render(self.course, submission.aid, result, late_penalty(self.course, submission.aid, result))
+    def keep(self, submission: Submission, result: Result, late, counted: bool) -> None:
+        """The submission's feedback page and its grade in the store (``counted``: the gradebook holds it)."""
+        page = render(self.course, submission.aid, result, late)
         target = self.store.feedback / f"{submission.id}.html"
         target.write_text(page, encoding="utf-8")
         cells = [
@@ -222,4 +265,8 @@ class Worker(threading.Thread):
             }
             for c in result.cells
         ]  # fmt: skip
-        self.store.finish(submission.id, result.score, result.max_score, result.status, result.reason, cells)
+        graded = {
+            "score": result.score, "max_score": result.max_score, "status": result.status,
+            "reason": result.reason, "final": late.final,
+        }  # fmt: skip
+        self.store.finish(submission.id, graded, cells, counted)

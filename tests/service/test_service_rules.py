@@ -29,6 +29,7 @@ def test_the_settings_file_is_read_whole_and_an_unknown_or_wrong_setting_is_refu
         ('before_deadline = "everything"\n', "before_deadline"),
         ("rate = 3\n", "unknown setting 'rate'"),  # a typo is refused, not ignored
         ('open = "A1"\n', "open must be a list"),
+        ('counts = "first"\n', "counts must be one of"),
     ]:
         (tmp_path / "service.toml").write_text(text)
         with pytest.raises(ValueError, match=said):
@@ -87,6 +88,26 @@ def test_the_server_clock_sets_the_received_time_and_a_student_waits_for_their_o
     assert store.resume() == 1  # bob's, left running by a stopped service, is queued again
 
 
+def test_the_store_knows_a_students_best_after_the_late_penalty_and_which_one_the_gradebook_holds(tmp_path):
+    store = Store(tmp_path)
+    made = [store.add("alice", "A1", b'{"cells": []}')[0] for _ in range(4)]
+    other = store.add("bob", "A1", b'{"cells": []}')[0]
+    finals = [80.0, 90.0, 70.0, 90.0]  # the second and fourth tie: the later of equals is the best
+    for submission, final in zip([*made, other], [*finals, 100.0]):
+        (claimed,) = store.claim({"A1"}, 1)
+        assert claimed.id == submission.id
+        graded = {"score": final + 5, "max_score": 100.0, "status": "graded", "reason": "", "final": final}
+        store.finish(claimed.id, graded, [], counted=True)  # as counts = "latest": each one counts in turn
+    ids = [s.id for s in made]
+    assert [store.get(i).counted for i in ids] == [False, False, False, True] and store.get(other.id).counted
+    assert store.best("alice", "A1", besides=ids[3]).id == ids[1]  # by the final score, not the raw one
+    assert store.best("alice", "A1", besides="none").id == ids[3]
+    assert store.best("carol", "A1", besides="none") is None
+    store.count(ids[1])
+    assert [store.get(i).counted for i in ids] == [False, True, False, False]
+    assert store.get(other.id).counted  # another student's is theirs
+
+
 def test_tokens_are_issued_from_an_lms_roster_into_a_file_only_the_instructor_reads(tmp_path):
     root = make_course(tmp_path / "course")
     roster = tmp_path / "roster.csv"
@@ -131,3 +152,33 @@ def test_an_assignment_the_grader_cannot_prove_itself_on_stays_closed_and_says_w
         assert store.listed() == []
     finally:
         service.stop(server)
+
+
+def test_under_counts_best_a_worse_submission_is_kept_and_the_gradebook_holds_the_best(tmp_path):
+    """``counts = "best"``: a worse submission is graded and kept in the history, and the gradebook, the results
+    and the course's hand-in (what ``feedback`` and ``regrade`` read) are the best one's; an equal one counts."""
+    from autograder.grading.record import Recorder, load_result
+
+    with service.toy_service(
+        tmp_path, 'open = ["T1"]\ncounts = "best"\n', ["alice"], "--workers", "1"
+    ) as made:
+        course, server, tokens, _, store = made
+        right, wrong = (
+            service.notebook_bytes(course),
+            service.notebook_bytes(course, square=service.WRONG_SQUARE),
+        )
+        shown = []
+        for body in (right, wrong, right):
+            sent = server.call("POST", "/api/assignments/T1/submissions", tokens["alice"], body)
+            assert sent.status == 202, sent.body
+            shown.append(server.wait_graded(tokens["alice"], sent.body["id"]))
+            if len(shown) == 2:  # after the worse one: the first still counts, and every file is the first's
+                assert [s["score"] for s in shown] == [100.0, 60.0]
+                assert [store.get(s["id"]).counted for s in shown] == [True, False]
+                with Recorder(course.db_url) as recorder:
+                    assert recorder.scores("T1") == {"alice": 100.0}
+                assert load_result(course, "T1", "alice").score == 100.0
+                assert course.submission("T1", "alice").read_bytes() == right
+        assert [store.get(s["id"]).counted for s in shown] == [False, False, True]  # the latest of equals
+        mine = server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"]
+        assert [(s["score"], s["counted"]) for s in mine] == [(100.0, True), (60.0, False), (100.0, False)]
