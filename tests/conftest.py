@@ -34,6 +34,16 @@ def tf():
     return pytest.importorskip("tensorflow")
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server on loopback for this session (each xdist worker its own); tests take a fresh database
+    on it with :func:`tests.fixtures.postgres.fresh_database`."""
+    from tests.fixtures.postgres import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """A course directory with the toy assignment T1, released (its gradebook knows T1): a fresh one for each

@@ -321,9 +321,10 @@ def cmd_tokens(args) -> int:
     import os
 
     from autograder.intake.collect import read_roster
+    from autograder.service.config import load
     from autograder.service.store import Store
 
-    store = Store(args.course.work / "service")
+    store = Store(args.course.work / "service", load(args.course.root).database)  # the service's own
     if args.action == "revoke":
         for sid in args.student or []:
             print(f"{sid}: {store.tokens.revoke(sid)} token(s) revoked")

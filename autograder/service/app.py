@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import sqlite3
 import sys
 import traceback
 from datetime import UTC, timedelta
@@ -31,7 +30,15 @@ from autograder.intake.late import deadlines
 from autograder.service.config import ServiceConfig
 from autograder.service.refused import Refused
 from autograder.service.status import status_of
-from autograder.service.store import RateLimited, Store, Submission, Who, parse_stamp, utc_now
+from autograder.service.store import (
+    RateLimited,
+    Store,
+    Submission,
+    Who,
+    parse_stamp,
+    unavailable_errors,
+    utc_now,
+)
 from autograder.service.worker import Worker
 
 HEADERS = {
@@ -213,8 +220,10 @@ class Service:
             raise Refused(
                 403, "the feedback page opens after the deadline; until then you see each part's score"
             )
-        page = self.store.feedback / f"{submission.id}.html"
-        return HTMLResponse(page.read_text(encoding="utf-8"))
+        page = self.store.page(submission.id)
+        if page is None:
+            raise Refused(404, "no feedback page was kept for this submission")
+        return HTMLResponse(page)
 
     def submissions(self, request: Request) -> Response:
         who = self.who(request)
@@ -253,7 +262,7 @@ def application(service: Service) -> Starlette:
                 return await run_in_threadpool(handler, request)
             except Refused as refused:
                 return error(refused.status, refused.message, refused.headers)
-            except sqlite3.OperationalError:  # the store is busy or away: nothing half-written, try again
+            except unavailable_errors():  # the store is busy or away: nothing half-written, try again
                 return error(503, "the service is busy; try again shortly", {"retry-after": "2"})
             except Exception:  # the service's own failure: said as one, and logged for the instructor
                 print(
@@ -315,7 +324,7 @@ def serve(course: Course, config: ServiceConfig, settings, host: str = "127.0.0.
     from autograder.runner.isolation import resolved
 
     settings = resolved(settings)
-    store = Store(course.work / "service")
+    store = Store(course.work / "service", config.database)
     worker = Worker(course, store, config, settings)
     worker.start()
     app = application(Service(course, store, worker, config))

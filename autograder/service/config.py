@@ -30,6 +30,10 @@ class ServiceConfig:
     max_notebook_mb: float = field(default=8.0, metadata={
         "help": "the largest notebook taken, in MB: refused before its body is read"
     })  # fmt: skip
+    database: str = field(default="", metadata={
+        "help": "a PostgreSQL database for the service's tokens, submissions and pages "
+        "(postgresql://user@host:port/name); empty: a SQLite file in .grading/service/"
+    })  # fmt: skip
     counts: str = field(default="latest", metadata={
         "help": "the submission the gradebook holds: latest (the latest graded, a late one with the late "
         "policy's penalty, as nbgrader) or best (the highest score after the late penalty); every submission is "
@@ -39,6 +43,10 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if self.before_deadline not in FEEDBACK:
             raise ValueError(f"before_deadline must be one of {FEEDBACK}, not {self.before_deadline!r}")
+        if self.database and not self.database.startswith(("postgresql://", "postgresql+psycopg2://")):
+            raise ValueError(
+                f"database must be a postgresql:// address (or empty for SQLite), not {self.database!r}"
+            )
         if self.counts not in COUNTS:
             raise ValueError(f"counts must be one of {COUNTS}, not {self.counts!r}")
         if not isinstance(self.per_hour, int) or self.per_hour < 1:

@@ -1,8 +1,11 @@
-"""What the service keeps: the tokens it issued (as hashes) and every submission it acknowledged, in one SQLite file
-in the grader's folder (``.grading/service/service.sqlite``), beside each submission's bytes.
+"""What the service keeps: the tokens it issued (as hashes) and every submission it acknowledged. By default in one
+SQLite file in the grader's folder (``.grading/service/service.sqlite``), beside each submission's bytes and
+feedback page; for a real course in PostgreSQL (``database`` in ``service.toml``), the bytes and pages in the same
+database, so that backing up the database backs up the service.
 
-A submission is durable before it is acknowledged: its bytes are written to a file of their own and flushed to disk,
-then its row is committed, and only then does the service answer with its id. A row goes ``queued`` -> ``running``
+A submission is durable before it is acknowledged: with SQLite its bytes are written to a file of their own and
+flushed to disk, then its row is committed; with PostgreSQL the bytes and the row are committed in one transaction;
+only then does the service answer with its id. A row goes ``queued`` -> ``running``
 -> ``graded`` (or ``error``: the grader failed it three times; never a score); a service that restarts puts the rows
 it was running back in the queue, so every acknowledged submission is graded, and its result recorded, once. The
 received time is the server's clock. A client's retry with the same idempotency key finds the row it made and
@@ -44,7 +47,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     expires_utc TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS submissions (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq {serial},
     id TEXT UNIQUE NOT NULL,
     student_id TEXT NOT NULL,
     aid TEXT NOT NULL,
@@ -56,18 +59,29 @@ CREATE TABLE IF NOT EXISTS submissions (
     attempts INTEGER NOT NULL DEFAULT 0,
     started_utc TEXT,
     finished_utc TEXT,
-    score REAL,
-    max_score REAL,
+    score {real},
+    max_score {real},
     status TEXT,
     reason TEXT,
     cells TEXT,
-    final REAL,
+    final {real},
     counted INTEGER NOT NULL DEFAULT 0,
     UNIQUE (student_id, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_student ON submissions (student_id, aid, received_utc);
 CREATE INDEX IF NOT EXISTS submissions_by_state ON submissions (state, seq);
 """
+BLOBS = """
+CREATE TABLE IF NOT EXISTS blobs (
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('notebook', 'feedback')),
+    body BYTEA NOT NULL,
+    PRIMARY KEY (id, kind)
+);
+"""  # PostgreSQL's: a submission's bytes committed with its row; its feedback page
+SQLITE_TYPES = {"serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "real": "REAL"}
+POSTGRES_TYPES = {"serial": "BIGSERIAL PRIMARY KEY", "real": "DOUBLE PRECISION"}
+SCHEMA_LOCK = 74110045  # PostgreSQL: one service makes the tables at a time
 ADDED = {"final": "REAL", "counted": "INTEGER NOT NULL DEFAULT 0"}  # columns a store made before them lacks
 MAX_ATTEMPTS = 3  # the grader's failures on one submission before it is shown as an error
 SESSION_HOURS = 12  # a browser's sign-in lasts this long
@@ -124,33 +138,124 @@ class Submission:
     counted: bool = False  # the one the gradebook holds (service.toml's counts)
 
     @classmethod
-    def of(cls, row: sqlite3.Row) -> Submission:
+    def of(cls, row: dict) -> Submission:
         values = {k: row[k] for k in row.keys() if k in cls.__dataclass_fields__}
         values["cells"] = json.loads(row["cells"]) if row["cells"] else None
         values["counted"] = bool(row["counted"])
         return cls(**values)
 
 
-class Database:
-    """One SQLite file: a connection per use (each thread makes its own)."""
+def _dict_row(cursor: sqlite3.Cursor, row: tuple) -> dict:
+    return {d[0]: value for d, value in zip(cursor.description, row)}
 
-    def __init__(self, path: Path):
-        self.path = path
+
+class Connection:
+    """One connection to either database, as the store uses it: SQLite's placeholders (``?``), rows as dicts,
+    transactions begun explicitly (each statement outside one commits alone)."""
+
+    def __init__(self, raw, postgres: bool):
+        self.raw, self.postgres = raw, postgres
+
+    def execute(self, sql: str, args: tuple = ()):
+        if not self.postgres:
+            return self.raw.execute(sql, args)
+        import psycopg2.extras
+
+        cursor = self.raw.cursor(cursor_factory=psycopg2.extras.RealDictCursor)
+        cursor.execute(sql.replace("?", "%s"), args)
+        return cursor
+
+    def write(self) -> None:
+        """Begin a transaction that no other writer of the submissions runs beside (a count and the row it
+        allows, a claim): SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's table lock that readers pass."""
+        if self.postgres:
+            self.execute("BEGIN")
+            self.execute("LOCK TABLE submissions IN SHARE ROW EXCLUSIVE MODE")
+        else:
+            self.execute("BEGIN IMMEDIATE")
+
+
+class Database:
+    """Where the service keeps its rows: a SQLite file (``path``) or a PostgreSQL server (``url``, as
+    ``postgresql://user@host:port/database``; nbgrader's ``postgresql+psycopg2://`` is taken too)."""
+
+    def __init__(self, path: Path | None = None, url: str | None = None):
+        self.path, self.url = path, url
+        self.postgres = bool(url)
+        self._pool = None
+        if self.postgres:
+            import psycopg2.pool
+
+            dsn = url.replace("postgresql+psycopg2://", "postgresql://", 1)
+            self._pool = psycopg2.pool.ThreadedConnectionPool(0, 64, dsn, connect_timeout=10)
+
+    @property
+    def backend(self) -> Database:
+        """The one database behind this view (tokens, sessions, submissions share it and its connections)."""
+        return self
 
     @contextlib.contextmanager
-    def connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection of its own (each thread makes one), committed on success, always closed."""
-        db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+    def connect(self) -> Iterator[Connection]:
+        """A connection for one use (each thread takes its own), always given back outside a transaction."""
+        if not self.backend.postgres:
+            db = sqlite3.connect(self.backend.path, timeout=5.0, isolation_level=None)
+            try:
+                db.row_factory = _dict_row
+                db.execute("PRAGMA synchronous=FULL")  # a committed row survives the machine's crash too
+                db.execute("PRAGMA foreign_keys=ON")
+                yield Connection(db, postgres=False)
+            finally:
+                db.close()
+            return
+        import psycopg2.extensions
+
+        pool = self.backend._pool
+        raw = pool.getconn()
+        broken = False
         try:
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA synchronous=FULL")  # a committed row survives the machine's crash too
-            db.execute("PRAGMA foreign_keys=ON")
-            yield db
+            raw.autocommit = True  # as SQLite's isolation_level=None: BEGIN where a transaction is meant
+            yield Connection(raw, postgres=True)
+        except psycopg2.Error:
+            broken = raw.closed != 0
+            raise
         finally:
-            db.close()
+            if not broken and raw.closed == 0:
+                if raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+                    raw.cursor().execute("ROLLBACK")  # a transaction left by an error ends here
+            pool.putconn(raw, close=broken or raw.closed != 0)
 
 
-class Tokens(Database):
+class View(Database):
+    """A part of the store (its tokens, sessions, submissions) over the same :class:`Database`."""
+
+    def __init__(self, database: Database):
+        self._backend = database
+        self.path, self.url, self.postgres = database.path, database.url, database.postgres
+
+    @property
+    def backend(self) -> Database:
+        return self._backend
+
+
+def integrity_errors() -> tuple[type[Exception], ...]:
+    """A unique key taken (the same idempotency key at the same moment), in either database."""
+    try:
+        import psycopg2
+    except ImportError:
+        return (sqlite3.IntegrityError,)
+    return (sqlite3.IntegrityError, psycopg2.IntegrityError)
+
+
+def unavailable_errors() -> tuple[type[Exception], ...]:
+    """The database is busy or away: nothing was written, the client may come back."""
+    try:
+        import psycopg2
+    except ImportError:
+        return (sqlite3.OperationalError,)
+    return (sqlite3.OperationalError, psycopg2.OperationalError)
+
+
+class Tokens(View):
     """The tokens the service issued, kept as their hashes."""
 
     # tokens -----------------------------------------------------------------------------------------------------
@@ -160,7 +265,7 @@ class Tokens(Database):
         token = secrets.token_urlsafe(32)
         now = stamp(utc_now())
         with self.connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN")
             db.execute(
                 "UPDATE tokens SET revoked_utc = ? WHERE student_id = ? AND role = ? AND revoked_utc IS NULL",
                 (now, student_id, role),
@@ -196,13 +301,13 @@ class Tokens(Database):
         return Who(row["student_id"], row["role"], row["lms_id"])
 
 
-class Sessions(Database):
+class Sessions(View):
     """A browser's sign-in: a random id in an HttpOnly cookie, kept as its hash and bound to the token it was
     made with, so that revoking the token ends it; it lasts :data:`SESSION_HOURS`."""
 
     def start(self, token: str) -> str | None:
         """A new session for ``token`` (None where the token is not valid)."""
-        if Tokens(self.path).who(token) is None:
+        if Tokens(self.backend).who(token) is None:
             return None
         session = secrets.token_urlsafe(32)
         with self.connect() as db:
@@ -238,24 +343,53 @@ def form_key(session: str) -> str:
 
 
 class Store(Database):
-    """The service's SQLite file and its submissions' folder, under ``folder``; :attr:`tokens` in the same file."""
+    """The service's database and, with SQLite, its submissions' and pages' folders, under ``folder``;
+    :attr:`tokens` and :attr:`sessions` in the same database. ``url``: a PostgreSQL database instead of the
+    SQLite file."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, url: str | None = None):
         self.folder = Path(folder)
         self.files = self.folder / "submissions"
         self.feedback = self.folder / "feedback"
         for path in (self.folder, self.files, self.feedback):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        super().__init__(self.folder / "service.sqlite")
+        super().__init__(self.folder / "service.sqlite", url or None)
         with self.connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers never wait for the writer
-            db.executescript(SCHEMA)
-            have = {row["name"] for row in db.execute("PRAGMA table_info(submissions)")}
-            for name, kind in ADDED.items():
-                if name not in have:
-                    db.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
-        self.tokens = Tokens(self.path)
-        self.sessions = Sessions(self.path)
+            if self.postgres:
+                db.execute("BEGIN")
+                db.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))  # two services starting at once
+                db.execute(SCHEMA.format(**POSTGRES_TYPES) + BLOBS)
+                db.execute("COMMIT")
+            else:
+                db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers never wait for the writer
+                db.raw.executescript(SCHEMA.format(**SQLITE_TYPES))
+                have = {row["name"] for row in db.execute("PRAGMA table_info(submissions)")}
+                for name, kind in ADDED.items():
+                    if name not in have:
+                        db.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
+        self.tokens = Tokens(self)
+        self.sessions = Sessions(self)
+
+    def put_page(self, sid: str, page: str) -> None:
+        """``sid``'s feedback page, kept with it."""
+        if not self.postgres:
+            _write_durably(self.feedback / f"{sid}.html", page.encode("utf-8"), replace=True)
+            return
+        with self.connect() as db:
+            db.execute(
+                "INSERT INTO blobs (id, kind, body) VALUES (?, 'feedback', ?) "
+                "ON CONFLICT (id, kind) DO UPDATE SET body = EXCLUDED.body",
+                (sid, page.encode("utf-8")),
+            )
+
+    def page(self, sid: str) -> str | None:
+        """``sid``'s feedback page (None: none kept)."""
+        if not self.postgres:
+            path = self.feedback / f"{sid}.html"
+            return path.read_text(encoding="utf-8") if path.exists() else None
+        with self.connect() as db:
+            row = db.execute("SELECT body FROM blobs WHERE id = ? AND kind = 'feedback'", (sid,)).fetchone()
+        return bytes(row["body"]).decode("utf-8") if row else None
 
     # submissions ------------------------------------------------------------------------------------------------
 
@@ -277,15 +411,16 @@ class Store(Database):
                 return earlier, False
         sid = uuid.uuid4().hex
         target = self.files / f"{sid}.ipynb"
-        _write_durably(target, body)
+        if not self.postgres:
+            _write_durably(target, body)  # on disk before the row: a row never names missing bytes
         now = utc_now()
         received, digest = stamp(now), hashlib.sha256(body).hexdigest()
         try:
             with self.connect() as db:
-                db.execute("BEGIN IMMEDIATE")  # the count and the row together: no other writer in between
+                db.write()  # the count and the row together: no other writer in between
                 if limit is not None:
                     most, window = limit
-                    recent = [r[0] for r in db.execute(
+                    recent = [r["received_utc"] for r in db.execute(
                         "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
                         "ORDER BY received_utc", (student_id, aid, stamp(now - window)),
                     )]  # fmt: skip
@@ -294,13 +429,15 @@ class Store(Database):
                         raise RateLimited(parse_stamp(recent[-most]) + window - now)
                 seq = db.execute(
                     "INSERT INTO submissions (id, student_id, aid, received_utc, sha256, size, idempotency_key) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
                     (sid, student_id, aid, received, digest, len(body), key),
-                ).lastrowid
+                ).fetchone()["seq"]
+                if self.postgres:  # the bytes in the same transaction as the row
+                    db.execute("INSERT INTO blobs (id, kind, body) VALUES (?, 'notebook', ?)", (sid, body))
                 db.execute("COMMIT")
-        except sqlite3.IntegrityError:  # the same key at the same moment: the other request's row stands
+        except integrity_errors():  # the same key at the same moment: the other request's row stands
             target.unlink(missing_ok=True)
-            earlier = self.by_key(student_id, key)
+            earlier = self.by_key(student_id, key) if key is not None else None
             if earlier is None:
                 raise
             return earlier, False
@@ -325,7 +462,13 @@ class Store(Database):
         return Submission.of(row) if row else None
 
     def body(self, submission: Submission) -> bytes:
-        return (self.files / f"{submission.id}.ipynb").read_bytes()
+        if not self.postgres:
+            return (self.files / f"{submission.id}.ipynb").read_bytes()
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT body FROM blobs WHERE id = ? AND kind = 'notebook'", (submission.id,)
+            ).fetchone()
+        return bytes(row["body"])
 
     def listed(
         self, student_id: str | None = None, aid: str | None = None, limit: int = 1000
@@ -359,11 +502,11 @@ class Store(Database):
         if submission.state == "running":
             return 1
         with self.connect() as db:
-            (ahead,) = db.execute(
-                "SELECT COUNT(*) FROM submissions WHERE (state IN ('queued', 'running') AND seq < ?) "
+            ahead = db.execute(
+                "SELECT COUNT(*) AS n FROM submissions WHERE (state IN ('queued', 'running') AND seq < ?) "
                 "OR (state = 'running' AND seq > ?)",  # a later one already being graded is ahead of it too
                 (submission.seq, submission.seq),
-            ).fetchone()
+            ).fetchone()["n"]
         return ahead + 1
 
     def resume(self) -> int:
@@ -379,7 +522,7 @@ class Store(Database):
             return []
         marks = ",".join("?" * len(aids))
         with self.connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            db.write()
             rows = db.execute(
                 f"SELECT * FROM submissions WHERE state = 'queued' AND aid IN ({marks}) ORDER BY seq",
                 tuple(sorted(aids)),
@@ -406,7 +549,7 @@ class Store(Database):
         """``sid`` graded: ``graded`` holds its score, max_score, status, reason and final (after the late
         penalty); ``counted``: it is the one the gradebook holds now (and none other of its student's is)."""
         with self.connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            db.write()
             if counted:
                 db.execute(
                     "UPDATE submissions SET counted = 0 WHERE (student_id, aid) = "
@@ -426,9 +569,9 @@ class Store(Database):
     def count(self, sid: str) -> None:
         """``sid`` is the one its student's gradebook entry holds now, and none other of theirs."""
         with self.connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            db.write()
             db.execute(
-                "UPDATE submissions SET counted = (id = ?) WHERE (student_id, aid) = "
+                "UPDATE submissions SET counted = CASE WHEN id = ? THEN 1 ELSE 0 END WHERE (student_id, aid) = "
                 "(SELECT student_id, aid FROM submissions WHERE id = ?)",
                 (sid, sid),
             )
@@ -454,14 +597,14 @@ class Store(Database):
                 "reason = ?, finished_utc = CASE WHEN attempts >= ? THEN ? END WHERE id = ? AND state = 'running'",
                 (MAX_ATTEMPTS, reason, MAX_ATTEMPTS, stamp(utc_now()), sid),
             )
-            (state,) = db.execute("SELECT state FROM submissions WHERE id = ?", (sid,)).fetchone()
-        return state
+            return db.execute("SELECT state FROM submissions WHERE id = ?", (sid,)).fetchone()["state"]
 
     def requeue(self, sid: str, reason: str) -> None:
         """Back to the queue without counting an attempt (the assignment closed while it waited)."""
         with self.connect() as db:
             db.execute(
-                "UPDATE submissions SET state = 'queued', attempts = MAX(attempts - 1, 0), reason = ? "
+                "UPDATE submissions SET state = 'queued', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END, "
+                "reason = ? "
                 "WHERE id = ? AND state = 'running'",
                 (reason, sid),
             )
@@ -480,9 +623,11 @@ class RateLimited(Exception):
         self.wait = wait
 
 
-def _write_durably(target: Path, body: bytes) -> None:
+def _write_durably(target: Path, body: bytes, replace: bool = False) -> None:
     """``body`` at ``target``, on disk before this returns (the file and its folder's entry flushed)."""
     part = target.with_name(target.name + ".part")
+    if replace:
+        part.unlink(missing_ok=True)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as handle:

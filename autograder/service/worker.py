@@ -256,8 +256,7 @@ class Worker(threading.Thread):
     def keep(self, submission: Submission, result: Result, late, counted: bool) -> None:
         """The submission's feedback page and its grade in the store (``counted``: the gradebook holds it)."""
         page = render(self.course, submission.aid, result, late)
-        target = self.store.feedback / f"{submission.id}.html"
-        target.write_text(page, encoding="utf-8")
+        self.store.put_page(submission.id, page)
         cells = [
             {
                 "grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "passed": c.passed,

@@ -1,81 +1,28 @@
 """Several graders share one PostgreSQL gradebook through nbgrader's db_url: tested against a real
-server that this test starts on loopback (CI installs PostgreSQL; skipped with a reason where it is not
-installed, and failed, not skipped, where it is installed but does not start)."""
+server started on loopback (:mod:`tests.fixtures.postgres`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 from autograder.course import Course
 from autograder.intake.release import release
 from autograder.intake.samples import filled
+from tests.fixtures.postgres import fresh_database
 from tests.fixtures.toy_course import make_course, submit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-def postgres_bin() -> Path | None:
-    for version in ("17", "16", "15", "14"):
-        path = Path(f"/usr/lib/postgresql/{version}/bin")
-        if (path / "initdb").exists():
-            return path
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def postgres_url():
-    bin_dir = postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    # Not under pytest's own temporary folder: that one is private to this user, and the server runs as another.
-    data = Path(tempfile.mkdtemp(prefix="dlcourse-pgdata-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        if shutil.which("runuser") is None:
-            pytest.fail(
-                "running as root without runuser (util-linux): cannot start PostgreSQL as its own user"
-            )
-        shutil.chown(data, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    init = subprocess.run(
-        [*as_user, bin_dir / "initdb", "-D", data, "-A", "trust", "-U", "grader"],
-        capture_output=True,
-        text=True,
-    )
-    if init.returncode != 0:
-        pytest.fail(f"PostgreSQL is installed, but initdb failed: {init.stderr[-500:]}")
-    port = free_port()
-    options = f"-h 127.0.0.1 -p {port} -k {data}"
-    start = subprocess.run(
-        [*as_user, bin_dir / "pg_ctl", "-D", data, "-o", options, "-l", data / "log", "-w", "start"],
-        capture_output=True,
-        text=True,
-    )
-    if start.returncode != 0:
-        pytest.fail(f"PostgreSQL is installed, but did not start: {start.stderr[-500:]}")
-    try:
-        yield f"postgresql+psycopg2://grader@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run(
-            [*as_user, bin_dir / "pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True
-        )
-        shutil.rmtree(data, ignore_errors=True)
+def postgres_url(postgres):
+    """A database of this module's own on the session's server, as nbgrader's db_url names it."""
+    return fresh_database(postgres).replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
 def test_two_graders_share_one_postgres_gradebook(postgres_url, tmp_path):

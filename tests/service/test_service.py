@@ -18,6 +18,7 @@ from autograder.course import Course
 from autograder.intake.release import release
 from autograder.service.store import Store
 from tests.fixtures import service
+from tests.fixtures.postgres import fresh_database
 from tests.fixtures.service import WRONG_SQUARE, notebook_bytes
 from tests.fixtures.toy_course import make_course
 from tests.fixtures.warm import warm_toy
@@ -139,12 +140,16 @@ def test_a_retry_with_its_key_makes_no_second_submission_and_the_hourly_limit_sa
         server.wait_graded(tokens["rita"], state["id"])
 
 
-def test_a_service_killed_mid_queue_grades_every_acknowledged_submission_once_after_a_restart(tmp_path):
+@pytest.mark.parametrize("database", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_service_killed_mid_queue_grades_every_acknowledged_submission_once_after_a_restart(
+    tmp_path, request, database
+):
     root = warm_toy(make_course(tmp_path / "course"), tmp_path)
     course = Course(root=root)
     release(course, ["T1"])
-    (root / "service.toml").write_text('open = ["T1"]\n')
-    store = Store(course.work / "service")
+    url = fresh_database(request.getfixturevalue("postgres")) if database == "postgres" else ""
+    (root / "service.toml").write_text(f'open = ["T1"]\ndatabase = "{url}"\n')
+    store = Store(course.work / "service", url)
     students = [f"s{i:02d}" for i in range(6)]
     tokens = {sid: store.tokens.issue(sid) for sid in students}
     server = service.start(root, tmp_path / "service.log", "--workers", "1")
@@ -168,6 +173,10 @@ def test_a_service_killed_mid_queue_grades_every_acknowledged_submission_once_af
         service.stop(server)
     rows = store.listed()
     assert sorted(r.id for r in rows) == sorted(acknowledged) and all(r.state == "graded" for r in rows)
+    assert all(r.counted for r in rows)  # one each: every student's one submission is in the gradebook
+    assert all("100" in store.page(r.id) for r in rows)  # each one's feedback page, kept with it
+    if url:  # PostgreSQL's: the bytes and pages are in the database, none in the folder
+        assert not list(store.files.iterdir()) and not list(store.feedback.iterdir())
     log = Path(tmp_path / "service.log").read_text()
     assert (f"{len(cut_short)} submission(s) the last run was grading are queued again" in log) == bool(
         cut_short

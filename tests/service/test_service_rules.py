@@ -15,8 +15,9 @@ import pytest
 from autograder.course import Course, nbgrader_meta
 from autograder.intake.release import release
 from autograder.service.config import ServiceConfig, load
-from autograder.service.store import Store, parse_stamp, utc_now
+from autograder.service.store import RateLimited, Store, parse_stamp, utc_now
 from tests.fixtures import service
+from tests.fixtures.postgres import fresh_database
 from tests.fixtures.toy_course import ROOT, make_course
 
 
@@ -36,21 +37,42 @@ def test_the_settings_file_is_read_whole_and_an_unknown_or_wrong_setting_is_refu
             load(tmp_path)
 
 
-def test_a_token_is_kept_only_as_its_hash_and_a_new_one_revokes_the_old(tmp_path):
-    store = Store(tmp_path)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request, tmp_path):
+    """The service's store in a SQLite file (the default) and in a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return Store(tmp_path)
+    return Store(tmp_path, fresh_database(request.getfixturevalue("postgres")))
+
+
+def everything_kept(store) -> bytes:
+    """Every byte the store keeps: its SQLite file, or a dump of every row of its PostgreSQL tables."""
+    if not store.postgres:
+        return b"".join(p.read_bytes() for p in store.folder.rglob("*") if p.is_file())
+    with store.connect() as db:
+        return b"".join(
+            repr(row).encode() for table in ("tokens", "sessions", "submissions", "blobs")
+            for row in db.execute(f"SELECT * FROM {table}").fetchall()
+        )  # fmt: skip
+
+
+def test_a_token_is_kept_only_as_its_hash_and_a_new_one_revokes_the_old(store):
     first = store.tokens.issue("alice", lms_id="1234")
     assert store.tokens.who(first).student_id == "alice" and store.tokens.who(first).lms_id == "1234"
-    assert first.encode() not in store.path.read_bytes()  # nowhere in the file, only its SHA-256
+    session = store.sessions.start(first)
+    assert store.sessions.who(session).student_id == "alice"
+    kept = everything_kept(store)
+    assert first.encode() not in kept and session.encode() not in kept  # only their SHA-256
     second = store.tokens.issue("alice")
     assert store.tokens.who(first) is None and store.tokens.who(second).student_id == "alice"
+    assert store.sessions.who(session) is None  # its token revoked: the browser's sign-in ends with it
     assert store.tokens.revoke("alice") == 1 and store.tokens.who(second) is None
     assert store.tokens.who("") is None and store.tokens.who("x" * 10_000) is None
     boss = store.tokens.issue("instructor", role="instructor")
     assert store.tokens.who(boss).instructor and not store.tokens.who(store.tokens.issue("bob")).instructor
 
 
-def test_the_same_key_sent_twice_at_once_makes_one_submission(tmp_path):
-    store = Store(tmp_path)
+def test_the_same_key_sent_twice_at_once_makes_one_submission(store):
     made, barrier = [], threading.Barrier(8)
 
     def send():
@@ -63,13 +85,33 @@ def test_the_same_key_sent_twice_at_once_makes_one_submission(tmp_path):
     for t in threads:
         t.join()
     assert len({s.id for s, _ in made}) == 1 and sum(new for _, new in made) == 1
-    assert len(store.listed()) == 1 and len(list(store.files.glob("*"))) == 1  # no stray bytes either
+    files = len(list(store.files.glob("*")))
+    assert len(store.listed()) == 1 and files == (0 if store.postgres else 1)  # no stray bytes either
+    assert store.body(made[0][0]) == b'{"cells": []}'
     other, new = store.add("bob", "A1", b'{"cells": []}', key="retry-1")  # a key is a student's own
     assert new and other.id != made[0][0].id
 
 
-def test_the_server_clock_sets_the_received_time_and_a_student_waits_for_their_own_earlier_one(tmp_path):
-    store = Store(tmp_path)
+def test_requests_at_once_cannot_all_pass_the_hourly_limit(store):
+    passed, limited, barrier = [], [], threading.Barrier(8)
+
+    def send():
+        barrier.wait()
+        try:
+            passed.append(store.add("alice", "A1", b'{"cells": []}', limit=(3, timedelta(hours=1))))
+        except RateLimited as refused:
+            limited.append(refused.wait)
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(passed) == 3 and len(limited) == 5 and len(store.listed()) == 3
+    assert all(timedelta(minutes=59) < wait <= timedelta(hours=1) for wait in limited)
+
+
+def test_the_server_clock_sets_the_received_time_and_a_student_waits_for_their_own_earlier_one(store):
     before = utc_now()
     first, _ = store.add("alice", "A1", b'{"cells": [], "metadata": {"received": "2020-01-01T00:00:00Z"}}')
     second, _ = store.add("alice", "A1", b'{"cells": []}')
@@ -88,8 +130,7 @@ def test_the_server_clock_sets_the_received_time_and_a_student_waits_for_their_o
     assert store.resume() == 1  # bob's, left running by a stopped service, is queued again
 
 
-def test_the_store_knows_a_students_best_after_the_late_penalty_and_which_one_the_gradebook_holds(tmp_path):
-    store = Store(tmp_path)
+def test_the_store_knows_a_students_best_after_the_late_penalty_and_which_one_the_gradebook_holds(store):
     made = [store.add("alice", "A1", b'{"cells": []}')[0] for _ in range(4)]
     other = store.add("bob", "A1", b'{"cells": []}')[0]
     finals = [80.0, 90.0, 70.0, 90.0]  # the second and fourth tie: the later of equals is the best
