@@ -324,6 +324,11 @@ def serve(course: Course, config: ServiceConfig, settings, host: str = "127.0.0.
     from autograder.runner.isolation import resolved
 
     settings = resolved(settings)
+    if config.gpu and not settings.scheduler:
+        raise SystemExit(
+            "service.toml names gpu assignments: they are graded on a Dask cluster's GPU workers; start the "
+            "service with --scheduler ADDRESS"
+        )
     store = Store(course.work / "service", config.database)
     worker = Worker(course, store, config, settings)
     worker.start()

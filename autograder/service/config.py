@@ -34,6 +34,10 @@ class ServiceConfig:
         "help": "a PostgreSQL database for the service's tokens, submissions and pages "
         "(postgresql://user@host:port/name); empty: a SQLite file in .grading/service/"
     })  # fmt: skip
+    gpu: tuple[str, ...] = field(default=(), metadata={
+        "help": "assignments graded only on Dask workers that declare a GPU (dask worker --resources GPU=1); "
+        "needs serve --scheduler"
+    })  # fmt: skip
     counts: str = field(default="latest", metadata={
         "help": "the submission the gradebook holds: latest (the latest graded, a late one with the late "
         "policy's penalty, as nbgrader) or best (the highest score after the late penalty); every submission is "
@@ -70,10 +74,11 @@ def load(course_root: Path, path: Path | None = None) -> ServiceConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{path}: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    if "open" in data:
-        if not isinstance(data["open"], list) or not all(isinstance(a, str) for a in data["open"]):
-            raise ValueError(f"{path}: open must be a list of assignment names")
-        data["open"] = tuple(data["open"])
+    for name in ("open", "gpu"):
+        if name in data:
+            if not isinstance(data[name], list) or not all(isinstance(a, str) for a in data[name]):
+                raise ValueError(f"{path}: {name} must be a list of assignment names")
+            data[name] = tuple(data[name])
     return ServiceConfig(**data)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from autograder.course import Course
 from autograder.grading.canary import prove
-from autograder.grading.pipeline import Batch, Job, error_result, grade_with_retry, make_batch
+from autograder.grading.pipeline import Batch, Job, error_result, grade_one, grade_with_retry, make_batch
 from autograder.grading.record import Recorder, save_result
 from autograder.grading.reference import source_digest
 from autograder.intake.handin import frameworks_used
@@ -50,6 +50,42 @@ def lower_priority() -> None:
         pass
 
 
+class Cluster:
+    """A Dask cluster's workers grade the submissions (as ``grade --scheduler`` does: they see the course's folder
+    at the same path); an assignment named in ``gpu`` goes only to a worker that declares a ``GPU`` resource.
+    Each assignment's batch is sent to every worker once per reference."""
+
+    def __init__(self, scheduler: str, gpu: tuple[str, ...]):
+        self.scheduler, self.gpu = scheduler, set(gpu)
+        self.lock = threading.Lock()
+        self.client = None
+        self.shared: dict[str, tuple[Batch, object]] = {}  # aid -> (its batch, that batch on the workers)
+
+    def grade(self, batch: Batch, job: Job) -> Result:
+        try:
+            shared = self.on_workers(batch)
+            resources = {"GPU": 1} if batch.aid in self.gpu else None
+            future = self.client.submit(grade_one, shared, job, pure=False, resources=resources)
+            return future.result()
+        except Exception as err:  # the worker died, or the cluster is away: a grader error, tried again
+            return error_result(batch, job, err)
+
+    def on_workers(self, batch: Batch):
+        from distributed import Client
+
+        with self.lock:
+            if self.client is None:
+                self.client = Client(self.scheduler, timeout=30)
+            known = self.shared.get(batch.aid)
+            if known is None or known[0] is not batch:  # a new reference: sent again
+                self.shared[batch.aid] = (batch, self.client.scatter(batch, broadcast=True))
+            return self.shared[batch.aid][1]
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
 @dataclass
 class Door:
     """An assignment's state: ``proving`` (submissions are taken and wait), ``open`` or ``closed`` (refused)."""
@@ -73,6 +109,7 @@ class Worker(threading.Thread):
         self.recording = threading.Lock()
         self.batches: dict[str, Batch] = {}
         self.ready: dict[int, tuple] = {}  # slot -> (its batch, a sandbox started for its next submission)
+        self.cluster = Cluster(settings.scheduler, config.gpu) if settings.scheduler else None
 
     # the door -------------------------------------------------------------------------------------------------
 
@@ -116,6 +153,8 @@ class Worker(threading.Thread):
             thread.join()
         for _, sandbox in self.ready.values():
             sandbox.cleanup()
+        if self.cluster is not None:
+            self.cluster.close()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -169,15 +208,20 @@ class Worker(threading.Thread):
             else:  # counts = "best", and an earlier one is better: graded again in its place, and counted
                 self.restore(batch, earlier, slot)
             self.keep(submission, result, late, counted=earlier is None)
+        if self.cluster is not None:  # the cluster's workers start their own
+            return
         try:  # the slot's next kernel boots and imports now, as a batch's worker starts its next one
             self.ready[slot] = (batch, batch.sandbox(slot).start())
         except Exception:  # started when it is needed, then
             pass
 
     def run_one(self, batch: Batch, submission: Submission, slot: int) -> Result:
-        """``submission`` placed where ``collect`` puts a hand-in and graded on the slot's sandbox."""
+        """``submission`` placed where ``collect`` puts a hand-in and graded on the slot's sandbox (with a
+        scheduler: on a worker of the cluster)."""
         self.place(submission)
         job = Job(submission.student_id)
+        if self.cluster is not None:
+            return self.cluster.grade(batch, job)
         ready_batch, sandbox = self.ready.pop(slot, (None, None))
         if sandbox is not None and ready_batch is not batch:  # started for another assignment or reference
             sandbox.cleanup()
