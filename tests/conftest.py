@@ -41,7 +41,7 @@ def postgres():
     from tests.fixtures.postgres import postgres_server
 
     with postgres_server() as server:
-        yield server
+        yield server.url
 
 
 @pytest.fixture(scope="module")

@@ -210,7 +210,7 @@ class Database:
         import psycopg2.extensions
 
         pool = self.backend._pool
-        raw = pool.getconn()
+        raw = self._live(pool)
         broken = False
         try:
             raw.autocommit = True  # as SQLite's isolation_level=None: BEGIN where a transaction is meant
@@ -223,6 +223,22 @@ class Database:
                 if raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
                     raw.cursor().execute("ROLLBACK")  # a transaction left by an error ends here
             pool.putconn(raw, close=broken or raw.closed != 0)
+
+    @staticmethod
+    def _live(pool):
+        """A pooled connection that answers: one the server dropped (a restart) is closed and another taken; a
+        server that is away raises psycopg2's OperationalError (the service answers 503)."""
+        import psycopg2
+
+        for _ in range(pool.maxconn + 1):
+            raw = pool.getconn()
+            try:
+                raw.autocommit = True
+                raw.cursor().execute("SELECT 1")
+                return raw
+            except psycopg2.Error:
+                pool.putconn(raw, close=True)
+        raise psycopg2.OperationalError("no connection to the database answers")
 
 
 class View(Database):

@@ -33,7 +33,7 @@ from autograder.outputs.feedback import render
 from autograder.result import Result
 from autograder.runner.launchers import prestart
 from autograder.service.config import ServiceConfig
-from autograder.service.store import Store, Submission, parse_stamp
+from autograder.service.store import Store, Submission, parse_stamp, unavailable_errors
 from autograder.settings import Settings
 
 IDLE_SECONDS = 0.25  # how long a free slot waits to be woken before it looks at the queue again
@@ -48,6 +48,34 @@ def lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
     except (AttributeError, OSError):
         pass
+
+
+class Patient:
+    """The store as the grader uses it: a call that finds the database busy or away (PostgreSQL restarted, SQLite
+    locked) waits and is made again, until it goes through or the service stops, so that a database's restart
+    costs the queue time and nothing else. (Each of the grader's writes is safe to make twice.)"""
+
+    def __init__(self, store: Store, stopping: threading.Event, log):
+        self._store, self._stopping, self._log = store, stopping, log
+
+    def __getattr__(self, name: str):
+        found = getattr(self._store, name)
+        if not callable(found):
+            return found
+
+        def patiently(*args, **kwargs):
+            wait = 0.5
+            while True:
+                try:
+                    return found(*args, **kwargs)
+                except unavailable_errors() as err:
+                    if self._stopping.is_set():
+                        raise
+                    self._log(f"service: the store is away ({str(err).strip()[:200]}); again in {wait:g} s")
+                    self._stopping.wait(wait)
+                    wait = min(wait * 2, 10.0)
+
+        return patiently
 
 
 class Cluster:
@@ -97,7 +125,7 @@ class Door:
 class Worker(threading.Thread):
     def __init__(self, course: Course, store: Store, config: ServiceConfig, settings: Settings, log=None):
         super().__init__(name="autograder-service-grader", daemon=True)
-        self.course, self.store, self.config, self.settings = course, store, config, settings
+        self.course, self.config, self.settings = course, config, settings
         self.doors: dict[str, Door] = {}
         known = set(course.assignments())
         for aid in course.assignments() if config.open is None else config.open:
@@ -105,6 +133,7 @@ class Worker(threading.Thread):
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.store = Patient(store, self.stopping, self.log)
         self.proving = threading.Lock()  # one proof at a time (each slot may find a source changed)
         self.recording = threading.Lock()
         self.batches: dict[str, Batch] = {}
