@@ -1,11 +1,13 @@
 """The service on a Dask cluster (``serve --scheduler``): a real local cluster, one of its workers declaring a GPU;
 an assignment that ``service.toml`` names in ``gpu`` is graded on that worker only, and its result lands in the
-same gradebook. A service told to grade on GPU workers without a cluster refuses to start and says why."""
+same gradebook; a worker killed while it grades loses nothing. A service told to grade on GPU workers without a
+cluster refuses to start and says why."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -79,3 +81,46 @@ def test_gpu_assignments_without_a_cluster_are_refused_at_start(tmp_path):
         capture_output=True, text=True, cwd=service.ROOT, timeout=120,
     )  # fmt: skip
     assert done.returncode != 0 and "start the service with --scheduler" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_worker_killed_mid_run_loses_nothing_and_grades_the_submission_once(tmp_path):
+    """SIGKILL of the Dask worker grading a submission: the cluster runs it again elsewhere (or the service
+    tries again), and it is graded once, with its full score, into the gradebook."""
+    import os
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    slow = "import time\ntime.sleep(4)\ndef square(x):\n    return x**2"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            with service.toy_service(
+                tmp_path,
+                'open = ["T1"]\n',
+                ["alice"],
+                "--workers",
+                "1",
+                "--scheduler",
+                cluster.scheduler_address,
+            ) as made:
+                course, server, tokens, _, store = made
+                sid = server.call(
+                    "POST", "/api/assignments/T1/submissions", tokens["alice"],
+                    service.notebook_bytes(course, square=slow),
+                ).body["id"]  # fmt: skip
+                deadline = time.monotonic() + 60
+                busy = {}
+                while not busy and time.monotonic() < deadline:
+                    busy = {w: keys for w, keys in client.processing().items() if keys}
+                    time.sleep(0.1)
+                assert busy, "no worker took the submission"
+                (worker,) = busy
+                pid = client.run(os.getpid, workers=[worker])[worker]
+                os.kill(pid, signal.SIGKILL)
+                shown = server.wait_graded(tokens["alice"], sid)
+                assert shown["state"] == "graded" and shown["score"] == 100.0
+                assert [r.id for r in store.listed()] == [sid] and store.get(sid).counted
+            from autograder.grading.record import Recorder
+
+            with Recorder(course.db_url) as recorder:
+                assert recorder.scores("T1") == {"alice": 100.0}
