@@ -220,9 +220,17 @@ class Database:
             raise
         finally:
             if not broken and raw.closed == 0:
-                if raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
-                    raw.cursor().execute("ROLLBACK")  # a transaction left by an error ends here
+                try:
+                    if raw.get_transaction_status() != psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+                        raw.cursor().execute("ROLLBACK")  # a transaction left by an error ends here
+                except psycopg2.Error:  # the connection went with it: not given to anyone again
+                    broken = True
             pool.putconn(raw, close=broken or raw.closed != 0)
+
+    def close(self) -> None:
+        """PostgreSQL: close the pooled connections (a process that opens a store for a while, as a test)."""
+        if self._pool is not None:
+            self._pool.closeall()
 
     @staticmethod
     def _live(pool):

@@ -40,9 +40,11 @@ def test_the_settings_file_is_read_whole_and_an_unknown_or_wrong_setting_is_refu
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request, tmp_path):
     """The service's store in a SQLite file (the default) and in a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return Store(tmp_path)
-    return Store(tmp_path, fresh_database(request.getfixturevalue("postgres")))
+    made = Store(
+        tmp_path, fresh_database(request.getfixturevalue("postgres")) if request.param != "sqlite" else ""
+    )
+    yield made
+    made.close()
 
 
 def everything_kept(store) -> bytes:
