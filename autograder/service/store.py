@@ -366,156 +366,14 @@ def form_key(session: str) -> str:
     return hmac.new(session.encode(), b"form", hashlib.sha256).hexdigest()
 
 
-class Store(Database):
-    """The service's database and, with SQLite, its submissions' and pages' folders, under ``folder``;
-    :attr:`tokens` and :attr:`sessions` in the same database. ``url``: a PostgreSQL database instead of the
-    SQLite file."""
-
-    def __init__(self, folder: Path, url: str | None = None):
-        self.folder = Path(folder)
-        self.files = self.folder / "submissions"
-        self.feedback = self.folder / "feedback"
-        for path in (self.folder, self.files, self.feedback):
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        super().__init__(self.folder / "service.sqlite", url or None)
-        with self.connect() as db:
-            if self.postgres:
-                db.execute("BEGIN")
-                db.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))  # two services starting at once
-                db.execute(SCHEMA.format(**POSTGRES_TYPES) + BLOBS)
-                db.execute("COMMIT")
-            else:
-                db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers never wait for the writer
-                db.raw.executescript(SCHEMA.format(**SQLITE_TYPES))
-                have = {row["name"] for row in db.execute("PRAGMA table_info(submissions)")}
-                for name, kind in ADDED.items():
-                    if name not in have:
-                        db.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
-        self.tokens = Tokens(self)
-        self.sessions = Sessions(self)
-
-    def put_page(self, sid: str, page: str) -> None:
-        """``sid``'s feedback page, kept with it."""
-        if not self.postgres:
-            _write_durably(self.feedback / f"{sid}.html", page.encode("utf-8"), replace=True)
-            return
-        with self.connect() as db:
-            db.execute(
-                "INSERT INTO blobs (id, kind, body) VALUES (?, 'feedback', ?) "
-                "ON CONFLICT (id, kind) DO UPDATE SET body = EXCLUDED.body",
-                (sid, page.encode("utf-8")),
-            )
-
-    def page(self, sid: str) -> str | None:
-        """``sid``'s feedback page (None: none kept)."""
-        if not self.postgres:
-            path = self.feedback / f"{sid}.html"
-            return path.read_text(encoding="utf-8") if path.exists() else None
-        with self.connect() as db:
-            row = db.execute("SELECT body FROM blobs WHERE id = ? AND kind = 'feedback'", (sid,)).fetchone()
-        return bytes(row["body"]).decode("utf-8") if row else None
-
-    # submissions ------------------------------------------------------------------------------------------------
-
-    def add(
-        self,
-        student_id: str,
-        aid: str,
-        body: bytes,
-        key: str | None = None,
-        limit: tuple[int, timedelta] | None = None,
-    ) -> tuple[Submission, bool]:
-        """Keep ``body`` as a new submission of ``student_id`` to ``aid``: its bytes on disk and flushed, then its
-        row committed. With an idempotency ``key`` this student used before, the earlier submission and no new
-        one. ``limit`` (how many in what window): counted and the row written in one transaction, so requests at
-        once cannot all pass it; over it, :class:`RateLimited`. Returns (the submission, whether it is new)."""
-        if key is not None:
-            earlier = self.by_key(student_id, key)
-            if earlier is not None:
-                return earlier, False
-        sid = uuid.uuid4().hex
-        target = self.files / f"{sid}.ipynb"
-        if not self.postgres:
-            _write_durably(target, body)  # on disk before the row: a row never names missing bytes
-        now = utc_now()
-        received, digest = stamp(now), hashlib.sha256(body).hexdigest()
-        try:
-            with self.connect() as db:
-                db.write()  # the count and the row together: no other writer in between
-                if limit is not None:
-                    most, window = limit
-                    recent = [r["received_utc"] for r in db.execute(
-                        "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
-                        "ORDER BY received_utc", (student_id, aid, stamp(now - window)),
-                    )]  # fmt: skip
-                    if len(recent) >= most:
-                        db.execute("ROLLBACK")
-                        raise RateLimited(parse_stamp(recent[-most]) + window - now)
-                seq = db.execute(
-                    "INSERT INTO submissions (id, student_id, aid, received_utc, sha256, size, idempotency_key) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-                    (sid, student_id, aid, received, digest, len(body), key),
-                ).fetchone()["seq"]
-                if self.postgres:  # the bytes in the same transaction as the row
-                    db.execute("INSERT INTO blobs (id, kind, body) VALUES (?, 'notebook', ?)", (sid, body))
-                db.execute("COMMIT")
-        except integrity_errors():  # the same key at the same moment: the other request's row stands
-            target.unlink(missing_ok=True)
-            earlier = self.by_key(student_id, key) if key is not None else None
-            if earlier is None:
-                raise
-            return earlier, False
-        except BaseException:
-            target.unlink(missing_ok=True)  # no row: the bytes are no submission
-            raise
-        # committed: what is sent back is made here, so that no read after the commit can fail the answer
-        return Submission(
-            seq, sid, student_id, aid, received, digest, len(body), "queued", 0, *[None] * 7
-        ), True
-
-    def by_key(self, student_id: str, key: str) -> Submission | None:
-        with self.connect() as db:
-            row = db.execute(
-                "SELECT * FROM submissions WHERE student_id = ? AND idempotency_key = ?", (student_id, key)
-            ).fetchone()
-        return Submission.of(row) if row else None
+class Queue(Database):
+    """The store's submissions as the grader takes them: in order, one per student at a time, marked running,
+    graded (or failed, or back in the queue), and which one the gradebook holds."""
 
     def get(self, sid: str) -> Submission | None:
         with self.connect() as db:
             row = db.execute("SELECT * FROM submissions WHERE id = ?", (sid,)).fetchone()
         return Submission.of(row) if row else None
-
-    def body(self, submission: Submission) -> bytes:
-        if not self.postgres:
-            return (self.files / f"{submission.id}.ipynb").read_bytes()
-        with self.connect() as db:
-            row = db.execute(
-                "SELECT body FROM blobs WHERE id = ? AND kind = 'notebook'", (submission.id,)
-            ).fetchone()
-        return bytes(row["body"])
-
-    def listed(
-        self, student_id: str | None = None, aid: str | None = None, limit: int = 1000
-    ) -> list[Submission]:
-        """Submissions, newest first: one student's (None: everyone's), of one assignment (None: all)."""
-        query, args = "SELECT * FROM submissions WHERE 1 = 1", []
-        if student_id is not None:
-            query, args = query + " AND student_id = ?", [*args, student_id]
-        if aid is not None:
-            query, args = query + " AND aid = ?", [*args, aid]
-        with self.connect() as db:
-            rows = db.execute(query + " ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
-        return [Submission.of(r) for r in rows]
-
-    def recent(self, student_id: str, aid: str, window: timedelta, now: datetime) -> list[str]:
-        """The received times of ``student_id``'s submissions to ``aid`` within ``window`` before ``now``."""
-        with self.connect() as db:
-            rows = db.execute(
-                "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
-                "ORDER BY received_utc",
-                (student_id, aid, stamp(now - window)),
-            ).fetchall()
-        return [r["received_utc"] for r in rows]
 
     def position(self, submission: Submission) -> int | None:
         """How many will be graded before it, and it: every earlier one not done, and every later one already
@@ -637,6 +495,153 @@ class Store(Database):
         with self.connect() as db:
             rows = db.execute("SELECT state, COUNT(*) AS n FROM submissions GROUP BY state").fetchall()
         return {r["state"]: r["n"] for r in rows}
+
+
+class Store(Queue):
+    """The service's database and, with SQLite, its submissions' and pages' folders, under ``folder``;
+    :attr:`tokens` and :attr:`sessions` in the same database. ``url``: a PostgreSQL database instead of the
+    SQLite file."""
+
+    def __init__(self, folder: Path, url: str | None = None):
+        self.folder = Path(folder)
+        self.files = self.folder / "submissions"
+        self.feedback = self.folder / "feedback"
+        for path in (self.folder, self.files, self.feedback):
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        super().__init__(self.folder / "service.sqlite", url or None)
+        with self.connect() as db:
+            if self.postgres:
+                db.execute("BEGIN")
+                db.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))  # two services starting at once
+                db.execute(SCHEMA.format(**POSTGRES_TYPES) + BLOBS)
+                db.execute("COMMIT")
+            else:
+                db.execute("PRAGMA journal_mode=WAL")  # kept in the file: readers never wait for the writer
+                db.raw.executescript(SCHEMA.format(**SQLITE_TYPES))
+                have = {row["name"] for row in db.execute("PRAGMA table_info(submissions)")}
+                for name, kind in ADDED.items():
+                    if name not in have:
+                        db.execute(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
+        self.tokens = Tokens(self)
+        self.sessions = Sessions(self)
+
+    def put_page(self, sid: str, page: str) -> None:
+        """``sid``'s feedback page, kept with it."""
+        if not self.postgres:
+            _write_durably(self.feedback / f"{sid}.html", page.encode("utf-8"), replace=True)
+            return
+        with self.connect() as db:
+            db.execute(
+                "INSERT INTO blobs (id, kind, body) VALUES (?, 'feedback', ?) "
+                "ON CONFLICT (id, kind) DO UPDATE SET body = EXCLUDED.body",
+                (sid, page.encode("utf-8")),
+            )
+
+    def page(self, sid: str) -> str | None:
+        """``sid``'s feedback page (None: none kept)."""
+        if not self.postgres:
+            path = self.feedback / f"{sid}.html"
+            return path.read_text(encoding="utf-8") if path.exists() else None
+        with self.connect() as db:
+            row = db.execute("SELECT body FROM blobs WHERE id = ? AND kind = 'feedback'", (sid,)).fetchone()
+        return bytes(row["body"]).decode("utf-8") if row else None
+
+    # submissions ------------------------------------------------------------------------------------------------
+
+    def add(
+        self,
+        student_id: str,
+        aid: str,
+        body: bytes,
+        key: str | None = None,
+        limit: tuple[int, timedelta] | None = None,
+    ) -> tuple[Submission, bool]:
+        """Keep ``body`` as a new submission of ``student_id`` to ``aid``: its bytes on disk and flushed, then its
+        row committed. With an idempotency ``key`` this student used before, the earlier submission and no new
+        one. ``limit`` (how many in what window): counted and the row written in one transaction, so requests at
+        once cannot all pass it; over it, :class:`RateLimited`. Returns (the submission, whether it is new)."""
+        if key is not None:
+            earlier = self.by_key(student_id, key)
+            if earlier is not None:
+                return earlier, False
+        sid = uuid.uuid4().hex
+        target = self.files / f"{sid}.ipynb"
+        if not self.postgres:
+            _write_durably(target, body)  # on disk before the row: a row never names missing bytes
+        now = utc_now()
+        received, digest = stamp(now), hashlib.sha256(body).hexdigest()
+        try:
+            with self.connect() as db:
+                db.write()  # the count and the row together: no other writer in between
+                if limit is not None:
+                    most, window = limit
+                    recent = [r["received_utc"] for r in db.execute(
+                        "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
+                        "ORDER BY received_utc", (student_id, aid, stamp(now - window)),
+                    )]  # fmt: skip
+                    if len(recent) >= most:
+                        db.execute("ROLLBACK")
+                        raise RateLimited(parse_stamp(recent[-most]) + window - now)
+                seq = db.execute(
+                    "INSERT INTO submissions (id, student_id, aid, received_utc, sha256, size, idempotency_key) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                    (sid, student_id, aid, received, digest, len(body), key),
+                ).fetchone()["seq"]
+                if self.postgres:  # the bytes in the same transaction as the row
+                    db.execute("INSERT INTO blobs (id, kind, body) VALUES (?, 'notebook', ?)", (sid, body))
+                db.execute("COMMIT")
+        except integrity_errors():  # the same key at the same moment: the other request's row stands
+            target.unlink(missing_ok=True)
+            earlier = self.by_key(student_id, key) if key is not None else None
+            if earlier is None:
+                raise
+            return earlier, False
+        except BaseException:
+            target.unlink(missing_ok=True)  # no row: the bytes are no submission
+            raise
+        # committed: what is sent back is made here, so that no read after the commit can fail the answer
+        return Submission(
+            seq, sid, student_id, aid, received, digest, len(body), "queued", 0, *[None] * 7
+        ), True
+
+    def by_key(self, student_id: str, key: str) -> Submission | None:
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT * FROM submissions WHERE student_id = ? AND idempotency_key = ?", (student_id, key)
+            ).fetchone()
+        return Submission.of(row) if row else None
+
+    def body(self, submission: Submission) -> bytes:
+        if not self.postgres:
+            return (self.files / f"{submission.id}.ipynb").read_bytes()
+        with self.connect() as db:
+            row = db.execute(
+                "SELECT body FROM blobs WHERE id = ? AND kind = 'notebook'", (submission.id,)
+            ).fetchone()
+        return bytes(row["body"])
+
+    def listed(
+        self, student_id: str | None = None, aid: str | None = None, limit: int = 1000
+    ) -> list[Submission]:
+        """Submissions, newest first: one student's (None: everyone's), of one assignment (None: all)."""
+        query, args = "SELECT * FROM submissions WHERE 1 = 1", []
+        if student_id is not None:
+            query, args = query + " AND student_id = ?", [*args, student_id]
+        if aid is not None:
+            query, args = query + " AND aid = ?", [*args, aid]
+        with self.connect() as db:
+            rows = db.execute(query + " ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
+        return [Submission.of(r) for r in rows]
+
+    def recent(self, student_id: str, aid: str, window: timedelta, now: datetime) -> list[str]:
+        """The received times of ``student_id``'s submissions to ``aid`` within ``window`` before ``now``."""
+        with self.connect() as db:
+            rows = db.execute(
+                "SELECT received_utc FROM submissions WHERE student_id = ? AND aid = ? AND received_utc > ? "
+                "ORDER BY received_utc",
+                (student_id, aid, stamp(now - window)),
+            ).fetchall()
+        return [r["received_utc"] for r in rows]
 
 
 class RateLimited(Exception):

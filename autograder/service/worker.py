@@ -247,7 +247,7 @@ class Worker(threading.Thread):
     def run_one(self, batch: Batch, submission: Submission, slot: int) -> Result:
         """``submission`` placed where ``collect`` puts a hand-in and graded on the slot's sandbox (with a
         scheduler: on a worker of the cluster)."""
-        self.place(submission)
+        place(self.course, submission, self.store.body(submission))
         job = Job(submission.student_id)
         if self.cluster is not None:
             return self.cluster.grade(batch, job)
@@ -301,31 +301,6 @@ class Worker(threading.Thread):
         self.enter(again)
         self.store.count(earlier.id)
 
-    def failed_cases(self, aid: str, cell) -> list[str]:
-        """The names of a part's hidden cases (its groups: a hidden case and the public checks it joins) that
-        failed. The result lists a cell's groups only where it has several; one group is the cell's own."""
-        if cell.passed:
-            return []
-        if cell.groups:
-            return [g.name for g in cell.groups if not g.passed]
-        from autograder.grading.reference import load_reference
-
-        try:
-            groups = load_reference(self.course.reference_dir / aid).cells[cell.grade_id].get("groups") or []
-        except (OSError, KeyError, ValueError):
-            groups = []
-        return [g["name"] for g in groups] or [cell.grade_id]
-
-    def place(self, submission: Submission) -> None:
-        """The submission's bytes where ``collect`` puts a hand-in, with the server's received time."""
-        folder = self.course.submission_folder(submission.aid, submission.student_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        target = self.course.submission(submission.aid, submission.student_id)
-        part = target.with_name(target.name + ".part")
-        part.write_bytes(self.store.body(submission))
-        os.replace(part, target)
-        write_timestamp(folder, parse_stamp(submission.received_utc).replace(tzinfo=None))
-
     def keep(self, submission: Submission, result: Result, late, counted: bool) -> None:
         """The submission's feedback page and its grade in the store (``counted``: the gradebook holds it)."""
         page = render(self.course, submission.aid, result, late)
@@ -333,7 +308,7 @@ class Worker(threading.Thread):
         cells = [
             {
                 "grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "passed": c.passed,
-                "failed_cases": self.failed_cases(submission.aid, c), "message": c.message,
+                "failed_cases": failed_cases(self.course, submission.aid, c), "message": c.message,
             }
             for c in result.cells
         ]  # fmt: skip
@@ -342,3 +317,30 @@ class Worker(threading.Thread):
             "reason": result.reason, "final": late.final,
         }  # fmt: skip
         self.store.finish(submission.id, graded, cells, counted)
+
+
+def failed_cases(course: Course, aid: str, cell) -> list[str]:
+    """The names of a part's hidden cases (its groups: a hidden case and the public checks it joins) that failed.
+    The result lists a cell's groups only where it has several; one group is the cell's own."""
+    if cell.passed:
+        return []
+    if cell.groups:
+        return [g.name for g in cell.groups if not g.passed]
+    from autograder.grading.reference import load_reference
+
+    try:
+        groups = load_reference(course.reference_dir / aid).cells[cell.grade_id].get("groups") or []
+    except (OSError, KeyError, ValueError):
+        groups = []
+    return [g["name"] for g in groups] or [cell.grade_id]
+
+
+def place(course: Course, submission: Submission, body: bytes) -> None:
+    """A submission's bytes where ``collect`` puts a hand-in, with the server's received time."""
+    folder = course.submission_folder(submission.aid, submission.student_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = course.submission(submission.aid, submission.student_id)
+    part = target.with_name(target.name + ".part")
+    part.write_bytes(body)
+    os.replace(part, target)
+    write_timestamp(folder, parse_stamp(submission.received_utc).replace(tzinfo=None))
