@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import traceback
 from dataclasses import dataclass
 
 from autograder.course import Course
@@ -149,6 +150,15 @@ class Worker(threading.Thread):
         for aid, door in self.doors.items():
             if door.state != "proving":
                 continue
+            with Recorder(self.course.db_url) as recorder:
+                released = recorder.knows(aid)
+            if not released:  # as a batch refuses: the gradebook has nowhere to record a grade
+                self.doors[aid] = Door(
+                    "closed",
+                    f"the gradebook does not know {aid}: run `python -m autograder release {aid}` first",
+                )
+                self.log(f"service: {aid} stays closed: it was not released")
+                continue
             try:
                 with self.proving:  # one proof at a time, a slot's included
                     reference, _ = prove(
@@ -201,7 +211,14 @@ class Worker(threading.Thread):
                     self.wake.clear()
                 continue
             self.wake.set()  # another slot may find the next one at once
-            self.grade_one(claimed[0], number)
+            try:
+                self.grade_one(claimed[0], number)
+            except Exception as err:  # the grader's own failure: retried, then an error; the slot goes on
+                state = self.store.failed(claimed[0].id, f"the grader failed: {err}"[:500])
+                self.log(
+                    f"service: {claimed[0].id} ({claimed[0].student_id}): the grader failed, now {state}:\n"
+                    + traceback.format_exc()
+                )
 
     def batch_for(self, aid: str) -> Batch:
         """The assignment's batch against its proved reference; proved again first where the source changed."""

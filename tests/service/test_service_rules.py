@@ -225,3 +225,53 @@ def test_under_counts_best_a_worse_submission_is_kept_and_the_gradebook_holds_th
         assert [store.get(s["id"]).counted for s in shown] == [False, False, True]  # the latest of equals
         mine = server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"]
         assert [(s["score"], s["counted"]) for s in mine] == [(100.0, True), (60.0, False), (100.0, False)]
+
+
+def test_an_assignment_never_released_stays_closed_and_says_how_to_open_it(tmp_path):
+    """The gradebook has nowhere to put its grades: closed at once, as a batch refuses, with the command to run
+    (before, it opened, and its first submission stopped the grading thread for good)."""
+    from autograder.service.worker import Worker
+    from autograder.settings import Settings
+
+    course = Course(root=make_course(tmp_path / "course"))  # T1 in source/, never released
+    lines = []
+    worker = Worker(
+        course, Store(tmp_path / "service"), ServiceConfig(), Settings(workers=1), log=lines.append
+    )
+    worker.prove_all()
+    door = worker.door("T1")
+    assert door.state == "closed" and "run `python -m autograder release T1` first" in door.reason, door
+
+
+def test_a_grading_that_raises_is_a_grader_error_and_the_slot_goes_on_to_the_next(tmp_path):
+    """Whatever the grader's own failure, the submission is tried again and then shown as an error (never left
+    'running'), and the same slot grades the next one."""
+    from autograder.service.worker import Door, Worker
+    from autograder.settings import Settings
+
+    course = Course(root=make_course(tmp_path / "course"))
+    store = Store(tmp_path / "service")
+    lines = []
+    worker = Worker(course, store, ServiceConfig(open=("T1",)), Settings(workers=1), log=lines.append)
+    worker.doors["T1"] = Door("open")
+    alice, _ = store.add("alice", "T1", b"{}")
+    bob, _ = store.add("bob", "T1", b"{}")
+
+    def grade_one(submission, slot):
+        if submission.student_id == "alice":
+            raise RuntimeError("the gradebook is gone")
+        graded = {"score": 100.0, "max_score": 100.0, "status": "graded", "reason": "", "final": 100.0}
+        store.finish(submission.id, graded, [], counted=True)
+
+    worker.grade_one = grade_one
+    thread = threading.Thread(target=worker.slot, args=(0,), daemon=True)
+    thread.start()
+    deadline = utc_now() + timedelta(seconds=30)
+    while utc_now() < deadline and {store.get(s.id).state for s in (alice, bob)} != {"error", "graded"}:
+        threading.Event().wait(0.05)
+    worker.stop()
+    thread.join(10)
+    assert store.get(bob.id).state == "graded" and store.get(bob.id).score == 100.0
+    failed = store.get(alice.id)
+    assert failed.state == "error" and failed.attempts == 3 and "the gradebook is gone" in failed.reason
+    assert failed.score is None and any("RuntimeError: the gradebook is gone" in line for line in lines)
