@@ -247,13 +247,14 @@ class Worker(threading.Thread):
             self.log(f"service: {submission.id} ({submission.student_id}): grader error, now {state}")
         else:
             late = late_penalty(self.course, submission.aid, result)  # (from the timestamp placed with it)
+            page = render(self.course, submission.aid, result, late)  # (its run, before another is placed)
             earlier = self.best_earlier(submission, late)
             # the gradebook first, the store's row last: a service killed in between grades it again
             if earlier is None:
                 self.enter(result)
             else:  # counts = "best", and an earlier one is better: graded again in its place, and counted
                 self.restore(batch, earlier, slot)
-            self.keep(submission, result, late, counted=earlier is None)
+            self.keep(submission, result, late, page, counted=earlier is None)
         if self.cluster is not None:  # the cluster's workers start their own
             return
         try:  # the slot's next kernel boots and imports now, as a batch's worker starts its next one
@@ -318,9 +319,8 @@ class Worker(threading.Thread):
         self.enter(again)
         self.store.count(earlier.id)
 
-    def keep(self, submission: Submission, result: Result, late, counted: bool) -> None:
-        """The submission's feedback page and its grade in the store (``counted``: the gradebook holds it)."""
-        page = render(self.course, submission.aid, result, late)
+    def keep(self, submission: Submission, result: Result, late, page: str, counted: bool) -> None:
+        """The submission's feedback ``page`` and its grade in the store (``counted``: the gradebook holds it)."""
         self.store.put_page(submission.id, page)
         cells = [
             {

@@ -223,6 +223,8 @@ def test_under_counts_best_a_worse_submission_is_kept_and_the_gradebook_holds_th
                 assert load_result(course, "T1", "alice").score == 100.0
                 assert course.submission("T1", "alice").read_bytes() == right
         assert [store.get(s["id"]).counted for s in shown] == [False, False, True]  # the latest of equals
+        # each page shows its own run, though the best one was run again after the worse one
+        assert "x * 2" in store.page(shown[1]["id"]) and "x * 2" not in store.page(shown[0]["id"])
         mine = server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"]
         assert [(s["score"], s["counted"]) for s in mine] == [(100.0, True), (60.0, False), (100.0, False)]
 
