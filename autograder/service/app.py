@@ -318,11 +318,17 @@ class SecurityHeaders:
 
 
 def serve(course: Course, config: ServiceConfig, settings, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run the service until it is stopped (Ctrl-C, SIGTERM): the grader thread, then uvicorn in this thread."""
+    """Run the service until it is stopped (Ctrl-C, SIGTERM): the grader thread, then uvicorn in this thread.
+    ``kill -USR1`` prints every thread's stack to the log (where a stuck queue waits), and the service goes on."""
+    import faulthandler
+    import signal
+
     import uvicorn
 
     from autograder.runner.isolation import resolved
 
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     settings = resolved(settings)
     if config.gpu and not settings.scheduler:
         raise SystemExit(

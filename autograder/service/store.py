@@ -187,7 +187,12 @@ class Database:
             import psycopg2.pool
 
             dsn = url.replace("postgresql+psycopg2://", "postgresql://", 1)
-            self._pool = psycopg2.pool.ThreadedConnectionPool(0, 64, dsn, connect_timeout=10)
+            # no call waits on the database for ever: a lock or a statement gives up (and is made again, or
+            # answered 503), and a server gone silent is found dead by TCP keepalives
+            self._pool = psycopg2.pool.ThreadedConnectionPool(
+                0, 64, dsn, connect_timeout=10, options="-c lock_timeout=10s -c statement_timeout=30s",
+                keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
+            )  # fmt: skip
 
     @property
     def backend(self) -> Database:
@@ -276,7 +281,11 @@ def unavailable_errors() -> tuple[type[Exception], ...]:
         import psycopg2
     except ImportError:
         return (sqlite3.OperationalError,)
-    return (sqlite3.OperationalError, psycopg2.OperationalError)
+    return (
+        sqlite3.OperationalError,
+        psycopg2.OperationalError,
+        psycopg2.InterfaceError,
+    )  # (a connection lost)
 
 
 class Tokens(View):

@@ -97,6 +97,8 @@ class Cluster:
             future = self.client.submit(grade_one, shared, job, pure=False, resources=resources)
             return future.result()
         except Exception as err:  # the worker died, or the cluster is away: a grader error, tried again
+            with self.lock:  # the batch may have gone with the worker that held it: sent again next time
+                self.shared.pop(batch.aid, None)
             return error_result(batch, job, err)
 
     def on_workers(self, batch: Batch):
@@ -123,7 +125,56 @@ class Door:
     reason: str = ""
 
 
-class Worker(threading.Thread):
+class Counting:
+    """Which of a student's submissions the gradebook holds (``service.toml``'s ``counts``), and each one's page and
+    grade in the store: the part of :class:`Worker` that records."""
+
+    def best_earlier(self, submission: Submission, late) -> Submission | None:
+        """Under ``counts = "best"``: the student's earlier graded submission that scored more after its late
+        penalty than this one (None: this one counts)."""
+        if self.config.counts != "best":
+            return None
+        earlier = self.store.best(submission.student_id, submission.aid, besides=submission.id)
+        if earlier is None or earlier.final is None or earlier.final <= (late.final or 0.0):
+            return None
+        return earlier
+
+    def restore(self, batch: Batch, earlier: Submission, slot: int) -> None:
+        """Grading the worse one put its files in the course's folders: the best one is placed and graded again
+        (the same grade: grading is deterministic), so that the gradebook, the results and the kept run that
+        ``feedback`` and ``regrade`` read are all the best one's."""
+        again = self.run_one(batch, earlier, slot)
+        if again.is_error:
+            self.log(
+                f"service: {earlier.student_id}'s best {earlier.aid} ({earlier.id}) could not be graded again: "
+                f"the gradebook keeps its score, the course's folder holds their latest ({again.reason})"
+            )
+            return
+        if again.score != earlier.score:
+            self.log(
+                f"service: {earlier.id} graded again got {again.score}, first {earlier.score}: recorded as now"
+            )
+        self.enter(again)
+        self.store.count(earlier.id)
+
+    def keep(self, submission: Submission, result: Result, late, page: str, counted: bool) -> None:
+        """The submission's feedback ``page`` and its grade in the store (``counted``: the gradebook holds it)."""
+        self.store.put_page(submission.id, page)
+        cells = [
+            {
+                "grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "passed": c.passed,
+                "failed_cases": failed_cases(self.course, submission.aid, c), "message": c.message,
+            }
+            for c in result.cells
+        ]  # fmt: skip
+        graded = {
+            "score": result.score, "max_score": result.max_score, "status": result.status,
+            "reason": result.reason, "final": late.final,
+        }  # fmt: skip
+        self.store.finish(submission.id, graded, cells, counted)
+
+
+class Worker(Counting, threading.Thread):
     def __init__(self, course: Course, store: Store, config: ServiceConfig, settings: Settings, log=None):
         super().__init__(name="autograder-service-grader", daemon=True)
         self.course, self.config, self.settings = course, config, settings
@@ -203,22 +254,30 @@ class Worker(threading.Thread):
         """One worker: a submission at a time, as soon as it is free."""
         lower_priority()
         while not self.stopping.is_set():
-            open_aids = {aid for aid, door in self.doors.items() if door.state == "open"}
-            claimed = self.store.claim(open_aids, 1)
-            if not claimed:
-                self.wake.wait(IDLE_SECONDS)
-                if not self.stopping.is_set():
-                    self.wake.clear()
-                continue
-            self.wake.set()  # another slot may find the next one at once
             try:
-                self.grade_one(claimed[0], number)
-            except Exception as err:  # the grader's own failure: retried, then an error; the slot goes on
-                state = self.store.failed(claimed[0].id, f"the grader failed: {err}"[:500])
-                self.log(
-                    f"service: {claimed[0].id} ({claimed[0].student_id}): the grader failed, now {state}:\n"
-                    + traceback.format_exc()
-                )
+                self.take_one(number)
+            except Exception:  # (the store's own failure, say): the slot goes on after a breath
+                self.log(f"service: slot {number} failed and goes on:\n{traceback.format_exc()}")
+                self.stopping.wait(1.0)
+
+    def take_one(self, number: int) -> None:
+        """The next submission this slot may grade, graded; or a short wait for one."""
+        open_aids = {aid for aid, door in self.doors.items() if door.state == "open"}
+        claimed = self.store.claim(open_aids, 1)
+        if not claimed:
+            self.wake.wait(IDLE_SECONDS)
+            if not self.stopping.is_set():
+                self.wake.clear()
+            return
+        self.wake.set()  # another slot may find the next one at once
+        try:
+            self.grade_one(claimed[0], number)
+        except Exception as err:  # the grader's own failure: retried, then an error; the slot goes on
+            state = self.store.failed(claimed[0].id, f"the grader failed: {err}"[:500])
+            self.log(
+                f"service: {claimed[0].id} ({claimed[0].student_id}): the grader failed, now {state}:\n"
+                + traceback.format_exc()
+            )
 
     def batch_for(self, aid: str) -> Batch:
         """The assignment's batch against its proved reference; proved again first where the source changed."""
@@ -244,7 +303,10 @@ class Worker(threading.Thread):
         result = self.run_one(batch, submission, slot)
         if result.is_error:  # the grader's failure: never a score; tried again, then shown as an error
             state = self.store.failed(submission.id, result.reason or "grader error")
-            self.log(f"service: {submission.id} ({submission.student_id}): grader error, now {state}")
+            self.log(
+                f"service: {submission.id} ({submission.student_id}): grader error, now {state}: "
+                f"{(result.reason or '')[:300]}"
+            )
         else:
             late = late_penalty(self.course, submission.aid, result)  # (from the timestamp placed with it)
             page = render(self.course, submission.aid, result, late)  # (its run, before another is placed)
@@ -290,50 +352,6 @@ class Worker(threading.Thread):
             with Recorder(self.course.db_url) as recorder:
                 recorder.record(result.assignment, result)
             save_result(self.course, result)
-
-    def best_earlier(self, submission: Submission, late) -> Submission | None:
-        """Under ``counts = "best"``: the student's earlier graded submission that scored more after its late
-        penalty than this one (None: this one counts)."""
-        if self.config.counts != "best":
-            return None
-        earlier = self.store.best(submission.student_id, submission.aid, besides=submission.id)
-        if earlier is None or earlier.final is None or earlier.final <= (late.final or 0.0):
-            return None
-        return earlier
-
-    def restore(self, batch: Batch, earlier: Submission, slot: int) -> None:
-        """Grading the worse one put its files in the course's folders: the best one is placed and graded again
-        (the same grade: grading is deterministic), so that the gradebook, the results and the kept run that
-        ``feedback`` and ``regrade`` read are all the best one's."""
-        again = self.run_one(batch, earlier, slot)
-        if again.is_error:
-            self.log(
-                f"service: {earlier.student_id}'s best {earlier.aid} ({earlier.id}) could not be graded again: "
-                f"the gradebook keeps its score, the course's folder holds their latest ({again.reason})"
-            )
-            return
-        if again.score != earlier.score:
-            self.log(
-                f"service: {earlier.id} graded again got {again.score}, first {earlier.score}: recorded as now"
-            )
-        self.enter(again)
-        self.store.count(earlier.id)
-
-    def keep(self, submission: Submission, result: Result, late, page: str, counted: bool) -> None:
-        """The submission's feedback ``page`` and its grade in the store (``counted``: the gradebook holds it)."""
-        self.store.put_page(submission.id, page)
-        cells = [
-            {
-                "grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "passed": c.passed,
-                "failed_cases": failed_cases(self.course, submission.aid, c), "message": c.message,
-            }
-            for c in result.cells
-        ]  # fmt: skip
-        graded = {
-            "score": result.score, "max_score": result.max_score, "status": result.status,
-            "reason": result.reason, "final": late.final,
-        }  # fmt: skip
-        self.store.finish(submission.id, graded, cells, counted)
 
 
 def failed_cases(course: Course, aid: str, cell) -> list[str]:

@@ -118,7 +118,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_grades_the_submission_once(tm
                 pid = client.run(os.getpid, workers=[worker])[worker]
                 os.kill(pid, signal.SIGKILL)
                 shown = server.wait_graded(tokens["alice"], sid)
-                assert shown["state"] == "graded" and shown["score"] == 100.0
+                assert shown["state"] == "graded" and shown["score"] == 100.0, server.stacks()
                 assert [r.id for r in store.listed()] == [sid] and store.get(sid).counted
             from autograder.grading.record import Recorder
 
