@@ -28,7 +28,7 @@ import secrets
 import sqlite3
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -434,7 +434,25 @@ class Queue(Database):
                     (now, row["seq"]),
                 )
             db.execute("COMMIT")
-        return [self.get(row["id"]) for row in chosen]
+        # made from the transaction's own rows: a read after the commit could fail, and lose a row marked running
+        return [
+            replace(Submission.of(row), state="running", attempts=row["attempts"] + 1, started_utc=now)
+            for row in chosen
+        ]
+
+    def requeue_orphans(self, held: set[str]) -> int:
+        """Rows marked running that none of ``held`` (what this service's slots are grading) is: a claim committed
+        whose answer was lost (the database went away at that moment) left them; back to the queue. How many."""
+        with self.connect() as db:
+            db.write()
+            rows = db.execute("SELECT id FROM submissions WHERE state = 'running'").fetchall()
+            lost = [r["id"] for r in rows if r["id"] not in held]
+            for sid in lost:
+                db.execute(
+                    "UPDATE submissions SET state = 'queued' WHERE id = ? AND state = 'running'", (sid,)
+                )
+            db.execute("COMMIT")
+        return len(lost)
 
     def finish(self, sid: str, graded: dict, cells: list, counted: bool) -> None:
         """``sid`` graded: ``graded`` holds its score, max_score, status, reason and final (after the late

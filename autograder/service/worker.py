@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -37,7 +38,8 @@ from autograder.service.config import ServiceConfig
 from autograder.service.store import Store, Submission, parse_stamp, unavailable_errors
 from autograder.settings import Settings
 
-IDLE_SECONDS = 0.25  # how long a free slot waits to be woken before it looks at the queue again
+IDLE_SECONDS = 0.25
+SWEEP_SECONDS = 5.0  # how often an idle slot looks for rows marked running that no slot holds  # how long a free slot waits to be woken before it looks at the queue again
 NICENESS = 5  # the grading threads' and their kernels' priority below the service's requests
 
 
@@ -186,6 +188,9 @@ class Worker(Counting, threading.Thread):
         self.stopping = threading.Event()
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.store = Patient(store, self.stopping, self.log)
+        self.claiming = threading.Lock()
+        self.holding: set[str] = set()  # the submissions this service's slots are grading now
+        self.next_sweep = 0.0
         self.proving = threading.Lock()  # one proof at a time (each slot may find a source changed)
         self.recording = threading.Lock()
         self.batches: dict[str, Batch] = {}
@@ -261,9 +266,19 @@ class Worker(Counting, threading.Thread):
                 self.stopping.wait(1.0)
 
     def take_one(self, number: int) -> None:
-        """The next submission this slot may grade, graded; or a short wait for one."""
+        """The next submission this slot may grade, graded; or a short wait for one (and, now and then, the
+        rows marked running that no slot holds put back in the queue)."""
         open_aids = {aid for aid, door in self.doors.items() if door.state == "open"}
-        claimed = self.store.claim(open_aids, 1)
+        with self.claiming:  # what is claimed is held at once: the sweep never takes a row being graded
+            claimed = self.store.claim(open_aids, 1)
+            self.holding.update(s.id for s in claimed)
+            if not claimed and time.monotonic() > self.next_sweep:
+                self.next_sweep = time.monotonic() + SWEEP_SECONDS
+                lost = self.store.requeue_orphans(set(self.holding))
+                if lost:
+                    self.log(
+                        f"service: {lost} submission(s) marked running that no slot held are queued again"
+                    )
         if not claimed:
             self.wake.wait(IDLE_SECONDS)
             if not self.stopping.is_set():
@@ -278,6 +293,9 @@ class Worker(Counting, threading.Thread):
                 f"service: {claimed[0].id} ({claimed[0].student_id}): the grader failed, now {state}:\n"
                 + traceback.format_exc()
             )
+        finally:
+            with self.claiming:
+                self.holding.discard(claimed[0].id)
 
     def batch_for(self, aid: str) -> Batch:
         """The assignment's batch against its proved reference; proved again first where the source changed."""

@@ -277,3 +277,18 @@ def test_a_grading_that_raises_is_a_grader_error_and_the_slot_goes_on_to_the_nex
     failed = store.get(alice.id)
     assert failed.state == "error" and failed.attempts == 3 and "the gradebook is gone" in failed.reason
     assert failed.score is None and any("RuntimeError: the gradebook is gone" in line for line in lines)
+
+
+def test_a_row_marked_running_that_no_slot_holds_goes_back_to_the_queue(store):
+    """A claim committed whose answer was lost (the database went away at that moment; seen in the suite) leaves a
+    row running that nobody grades: the worker's sweep puts it back, and never one a slot holds."""
+    lost, _ = store.add("alice", "A1", b"{}")
+    held, _ = store.add("bob", "A1", b"{}")
+    claimed = store.claim({"A1"}, 2)
+    assert [(s.id, s.state, s.attempts) for s in claimed] == [
+        (lost.id, "running", 1),
+        (held.id, "running", 1),
+    ]
+    assert store.requeue_orphans({held.id}) == 1
+    assert (store.get(lost.id).state, store.get(held.id).state) == ("queued", "running")
+    assert [s.id for s in store.claim({"A1"}, 2)] == [lost.id]  # and is graded next
