@@ -35,6 +35,7 @@ from sqlalchemy.exc import IntegrityError
 
 from autograder.course import Course
 from autograder.files import write_json_atomic
+from autograder.gradebook import made
 from autograder.result import Result, WrittenResult
 
 
@@ -162,7 +163,7 @@ class Recorder:
     """The gradebook, opened once for a whole batch."""
 
     def __init__(self, db_url: str):
-        self.gradebook = Gradebook(db_url)
+        self.gradebook = Gradebook(made(db_url))  # (made here, without nbgrader's alembic subprocess)
         self._shapes: dict[str, tuple[str, tuple[_Shape, ...]]] = {}
 
     def close(self) -> None:

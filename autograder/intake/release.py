@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from autograder.course import Course
+from autograder.gradebook import made
 from autograder.intake.notebooks import QUIET_ENV
 
 # a written answer's rubric and model answer sit in its solution block: neither may reach a release
@@ -31,7 +32,9 @@ def nbgrader_env(course: Course) -> dict[str, str]:
 
 
 def run_nbgrader(course: Course, *args: str, db_url: str | None = None) -> subprocess.CompletedProcess:
-    """Run an nbgrader command on the course directory; raise with its output if it fails."""
+    """Run an nbgrader command on the course directory, its gradebook made first (here, not by nbgrader's
+    ``alembic`` subprocess: :func:`autograder.gradebook.made`); raise with its output if it fails."""
+    made(db_url or course.db_url)
     env = nbgrader_env(course)
     if db_url:
         env["DLCOURSE_DB_URL"] = db_url
@@ -45,12 +48,52 @@ def run_nbgrader(course: Course, *args: str, db_url: str | None = None) -> subpr
     return done
 
 
+def nbgrader_settings(course: Course, db_url: str | None = None):
+    """What ``nbgrader`` run in the course's folder reads: each ``nbgrader_config.py`` (and ``.json``) on Jupyter's
+    config path, the system's first and the user's last, then the course's own; with the course's root and
+    gradebook (``db_url``, else the course's) set as ``run_nbgrader`` sets them on its command line."""
+    from jupyter_core.paths import jupyter_config_path
+    from traitlets.config import Config
+    from traitlets.config.loader import ConfigFileNotFound, JSONFileConfigLoader, PyFileConfigLoader
+
+    config = Config()
+    for folder in [*reversed(jupyter_config_path()), str(course.root)]:
+        for loader in (PyFileConfigLoader, JSONFileConfigLoader):
+            suffix = ".py" if loader is PyFileConfigLoader else ".json"
+            try:
+                config.merge(loader(f"nbgrader_config{suffix}", path=folder).load_config())
+            except ConfigFileNotFound:
+                continue
+    config.merge(Config({"CourseDirectory": {"root": str(course.root), "db_url": db_url or course.db_url}}))
+    return config
+
+
+def generate(course: Course, aid: str, db_url: str | None = None) -> None:
+    """``nbgrader generate_assignment --force`` for ``aid``, in this process, as nbgrader's own API runs it for
+    formgrader (``NbGraderAPI.generate_assignment``, without the exchange it checks first), with what nbgrader in the course's folder would read (:func:`nbgrader_settings`): a
+    subprocess took 3 s more per assignment, nbgrader's imports. Raises with nbgrader's log if it fails."""
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.utils import capture_log
+
+    config = nbgrader_settings(course, made(db_url or course.db_url))
+    coursedir = CourseDirectory(config=config)
+    coursedir.assignment_id = aid
+    converter = GenerateAssignment(coursedir=coursedir, config=config)
+    converter.force, converter.create_assignment = True, True
+    done = capture_log(converter)
+    if not done["success"]:
+        raise RuntimeError(
+            f"nbgrader generate_assignment {aid} failed:\n{done.get('log', '')}\n{done.get('error', '')}"
+        )
+
+
 def release(course: Course, aids: list[str] | None = None, db_url: str | None = None) -> list[Path]:
     """Generate the release of each assignment (all by default) and check that nothing leaked."""
     written = []
     for aid in aids or course.assignments():
         course.source_notebook(aid, (course.notebooks(aid) or [None])[0])  # a clear error for an unknown id
-        run_nbgrader(course, "generate_assignment", aid, "--force", "--log-level=WARN", db_url=db_url)
+        generate(course, aid, db_url)
         for nb in course.notebooks(aid):
             notebook = course.release_notebook(aid, nb)
             leaks = [m for m in LEAK_MARKERS if m in notebook.read_text(encoding="utf-8")]

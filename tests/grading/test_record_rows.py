@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from nbgrader.api import Gradebook
 
+from autograder.gradebook import made
 from autograder.grading.record import Recorder
 from autograder.result import CellResult, Result, WrittenResult
 
@@ -15,7 +16,7 @@ from autograder.result import CellResult, Result, WrittenResult
 def release(db_url: str) -> None:
     """An assignment of two notebooks with autograded cells, a written answer (a markdown grade cell that is a
     solution cell), a task, a plain solution cell, and a written answer in the second notebook."""
-    with Gradebook(db_url) as gb:
+    with Gradebook(made(db_url)) as gb:
         gb.add_assignment("PS")
         for nb in ("one", "two"):
             gb.add_notebook(nb, "PS")
@@ -28,6 +29,46 @@ def release(db_url: str) -> None:
         gb.add_grade_cell("auto_c", "two", "PS", max_score=6, cell_type="code")
         gb.add_grade_cell("essay2", "two", "PS", max_score=2, cell_type="markdown")
         gb.add_solution_cell("essay2", "two", "PS")
+
+
+def schema(db_url: str) -> tuple[dict, list]:
+    """Each table's columns (name, type, nullable) and the schema revision nbgrader's migrations read."""
+    from sqlalchemy import create_engine, inspect, text
+
+    engine = create_engine(db_url)
+    try:
+        found = inspect(engine)
+        tables = {
+            t: [(c["name"], str(c["type"]), c["nullable"]) for c in found.get_columns(t)]
+            for t in found.get_table_names()
+        }
+        with engine.connect() as connection:
+            revision = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+        return tables, revision
+    finally:
+        engine.dispose()
+
+
+def test_a_new_gradebook_is_the_one_nbgrader_makes_without_nbgraders_alembic_subprocess(
+    tmp_path, monkeypatch
+):
+    """nbgrader makes a new gradebook by asking ``alembic heads`` in a subprocess (3 s of CPU each time): the
+    grader makes it in this process, with the same tables and the same revision, and nbgrader then opens it
+    without that subprocess; a SQLite file named by a relative path is left to nbgrader (found from its own
+    working folder)."""
+    import nbgrader.api
+
+    theirs = f"sqlite:///{tmp_path / 'nbgrader.db'}"
+    Gradebook(theirs).close()  # nbgrader's own way, its subprocess included
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version", lambda: pytest.fail("nbgrader ran alembic"))
+    ours = made(f"sqlite:///{tmp_path / 'ours.db'}")
+    Gradebook(ours).close()
+    assert schema(ours) == schema(theirs) and len(schema(ours)[0]) >= 10 and schema(ours)[1]
+    assert made(ours) == ours and schema(ours) == schema(theirs)  # made once: a second call changes nothing
+    monkeypatch.chdir(tmp_path)
+    assert (
+        made("sqlite:///relative.db") == "sqlite:///relative.db" and not (tmp_path / "relative.db").exists()
+    )
 
 
 def result(sid: str, status: str, points: dict[str, float], answered: dict[str, bool]) -> Result:

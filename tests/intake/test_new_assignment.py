@@ -132,3 +132,34 @@ def test_the_course_configuration_decides_limits_and_folders(tmp_path, monkeypat
     assert course.release == tmp_path / "release" and course.db_url == "sqlite:////nowhere/gb.db"
     assert Course().release == ROOT / "assignments"  # this course names its own
     assert cell_timeout(Course(), None) == Course().config.Execute.timeout  # one value, from Limits
+
+
+def test_a_release_reads_what_nbgrader_in_the_course_folder_reads(tmp_path, monkeypatch):
+    """The release is made by nbgrader's own API in the grader's process: it reads the user's Jupyter config
+    folder as the ``nbgrader`` command does, the course's file winning where both set a value, and it makes the
+    gradebook as nbgrader would, without nbgrader's ``alembic`` subprocess."""
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    from autograder.intake.release import release
+    from tests.fixtures.toy_course import make_course
+
+    monkeypatch.delenv("DLCOURSE_DB_URL", raising=False)
+    user = tmp_path / "jupyter"
+    user.mkdir()
+    header = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("The user-wide header")])
+    nbformat.write(header, str(user / "header.ipynb"))
+    (user / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.IncludeHeaderFooter.header = {str(user / 'header.ipynb')!r}\n"
+        "c.ClearSolutions.code_stub = {'python': '# the user-wide stub'}\n"  # the course's file sets its own
+    )
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(user))
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version", lambda: pytest.fail("nbgrader ran alembic"))
+    course = Course(root=make_course(tmp_path / "course"))
+    (notebook,) = release(course, ["T1"])
+    cells = nbformat.read(str(notebook), as_version=4).cells
+    assert cells[0].source == "The user-wide header"
+    assert any("# YOUR CODE HERE" in c.source for c in cells)  # the course's stub wins
+    assert "user-wide stub" not in notebook.read_text() and "BEGIN SOLUTION" not in notebook.read_text()
+    with Gradebook(course.db_url) as gb:
+        assert [c.name for c in gb.find_notebook("T1", "T1").grade_cells]
