@@ -1,7 +1,8 @@
 """The graded assignments: releases are generated and leak nothing, the sources earn full marks from
-plain nbgrader, the bundled sample submissions grade as they should with the autograder, with the
-same scores as nbgrader on the honest ones, and each hand-in of the corpus of wrong work scores what its rules
-table promises (tests/fixtures/wrong_work.py)."""
+plain nbgrader, the bundled sample submissions grade as they should with the autograder (the perfect one is
+the canary's solutions hand-in, byte for byte, and its result is the proof's; the colab one runs the same
+answers through a student's path), with the same scores as nbgrader on the honest ones, and each hand-in of the
+corpus of wrong work scores what its rules table promises (tests/fixtures/wrong_work.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from autograder.grading.batch import grade
 from autograder.grading.reference import build_reference
 from autograder.intake.conventions import problems
 from autograder.intake.release import LEAK_MARKERS, release, run_nbgrader
-from autograder.intake.samples import samples
+from autograder.intake.samples import filled, samples
 from autograder.settings import Settings
 from tests.fixtures import wrong_work
 from tests.fixtures.warm import AIDS, ISOLATION, MAIN, warm_copy
@@ -169,6 +170,18 @@ def nbgrader_scores(course: Course, aid: str, students: list[str]) -> dict[str, 
         return {s: gb.find_submission(aid, s).score for s in students}
 
 
+def canary_solutions(course: Course, aid: str, settings: Settings):
+    """The result of the canary's solutions hand-in of the proof that ``settings`` found passed, decided again
+    outside the kernel from its kept run (whichever test of the run proved it, in the same settings)."""
+    from autograder.grading.canary import begin_proof, redecide_canary
+
+    proof = begin_proof(course, aid, settings, probe="if anything runs")
+    assert proof.record is not None and proof.record["passed"], "grade() proved nothing"
+    found = redecide_canary(course, aid, proof.reference, proof.settings, proof.keep)
+    assert found is not None, "the canary's runs were not kept"
+    return found["solutions"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
 def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkeypatch):
@@ -179,10 +192,12 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     release(course, [aid])
     reference = build_reference(course, aid)
     assert reference.max_score == 100
-    for name, text in samples(MAIN, aid).items():
-        if (
-            name == "lecture_paste"
-        ):  # graded on its own (tests/assignments/test_lecture_paste_*.py), not twice
+    texts = samples(MAIN, aid)
+    # the perfect sample is the canary's solutions hand-in, byte for byte: graded by the proof, through the students'
+    # path, in these settings (below), not a second time
+    assert texts["perfect"] == nbformat.writes(filled(course, aid)) + "\n"
+    for name, text in texts.items():
+        if name in ("lecture_paste", "perfect"):  # lecture_paste: tests/assignments/test_lecture_paste_*.py
             continue
         course.submission(aid, name).parent.mkdir(parents=True)
         course.submission(aid, name).write_text(text)
@@ -199,7 +214,9 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
         nbformat.write(wrong_work.notebook(pack), str(course.submission(aid, sid)))
     # one worker and the assignment's isolation: the settings of the other tests that grade its hand-ins
     # (tests/fixtures/lecture_paste.py), so that the run proves its canary once, not twice
-    results = {r.student_id: r for r in grade(course, aid, Settings(workers=1, isolation=ISOLATION[aid]))}
+    settings = Settings(workers=1, isolation=ISOLATION[aid])
+    results = {r.student_id: r for r in grade(course, aid, settings)}
+    results["perfect"] = canary_solutions(course, aid, settings)
     solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
     solution.mkdir(parents=True)
     shutil.copy(MAIN.source_notebook(aid), solution / f"{aid}.ipynb")
