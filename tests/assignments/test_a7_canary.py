@@ -3,8 +3,9 @@ parent, and basic with a fresh interpreter per kernel. In each, the grader prove
 (probe, then the source's solutions and the untouched release graded through the students' path, in that
 sandbox): the solutions must get full marks, unflagged, and the release 0. The reference is the run's shared one
 (:mod:`tests.fixtures.warm`), built in whichever mode asked first: as for a course, its key holds no isolation.
-The canary is each test's own: the lecture paste's, in the same settings as one of these modes, would otherwise
-be found proved, and nothing would run here.
+So is the canary: its key holds the isolation, the runner, the workers and the limits, so a proof another test of
+this run made in the same settings (A7's samples and lecture paste, graded in ``auto``: one of these modes) was
+made by the same two runs in this mode, and is not made twice; the record says which mode ran it.
 
 A7 runs torch's fused attention kernels, its dispatch-mode and saved-tensor hooks and a FlopCounterMode inside the
 kernel; a mode that broke any of them (a missing ``/proc`` or ``/dev/shm``, a thread limit, a different torch
@@ -34,12 +35,12 @@ def test_a7_solutions_get_full_marks_and_its_release_0_in_every_isolation_mode(m
         isolation = resolve(*mode)
     except IsolationError as err:
         pytest.skip(str(err))
-    course = warm_copy([AID], tmp_path, own_canary=True)  # (the run's reference; the canary proved here)
+    course = warm_copy([AID], tmp_path)  # (the run's reference, and its canary of these settings)
     reference, record = prove(
         course, AID, Settings(limits=Limits(), isolation=isolation, workers=1, strict=True)
     )
     assert reference.max_score == 100
-    assert record["how"] == "ran", record  # its two runs, in this mode (not a record another test left)
+    assert record["how"] == "ran", record  # two runs in this mode (this test's, or another's in this run)
     assert record["passed"], record["problems"]
     assert record["isolation"] == isolation.describe()
     assert record["scores"] == {"solutions": "100/100 graded", "release": "0/100 graded"}, record["scores"]
