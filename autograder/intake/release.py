@@ -70,8 +70,9 @@ def nbgrader_settings(course: Course, db_url: str | None = None):
 
 def generate(course: Course, aid: str, db_url: str | None = None) -> None:
     """``nbgrader generate_assignment --force`` for ``aid``, in this process, as nbgrader's own API runs it for
-    formgrader (``NbGraderAPI.generate_assignment``, without the exchange it checks first), with what nbgrader in the course's folder would read (:func:`nbgrader_settings`): a
-    subprocess took 3 s more per assignment, nbgrader's imports. Raises with nbgrader's log if it fails."""
+    formgrader (``NbGraderAPI.generate_assignment``, without the exchange it checks first), with what nbgrader
+    in the course's folder would read (:func:`nbgrader_settings`): a subprocess took 3 s more per assignment,
+    nbgrader's imports. Raises with nbgrader's log if it fails."""
     from nbgrader.converters import GenerateAssignment
     from nbgrader.coursedir import CourseDirectory
     from nbgrader.utils import capture_log
