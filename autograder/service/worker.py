@@ -38,8 +38,8 @@ from autograder.service.config import ServiceConfig
 from autograder.service.store import Store, Submission, parse_stamp, unavailable_errors
 from autograder.settings import Settings
 
-IDLE_SECONDS = 0.25
-SWEEP_SECONDS = 5.0  # how often an idle slot looks for rows marked running that no slot holds  # how long a free slot waits to be woken before it looks at the queue again
+IDLE_SECONDS = 0.25  # how long a free slot waits to be woken before it looks at the queue again
+SWEEP_SECONDS = 5.0  # how often an idle slot looks for rows marked running that no slot holds
 NICENESS = 5  # the grading threads' and their kernels' priority below the service's requests
 
 
