@@ -111,3 +111,19 @@ def test_a8s_sweep_is_a_demonstration_and_its_triton_demo_is_only_left_out_of_me
     }
     assert marked == {"sweep": True, "triton_demo": False}  # the feedback shows the Triton check and timing
     assert demonstration_problems(source) == []
+
+
+def test_a6s_table_runs_in_the_notebooks_run_and_not_in_the_run_that_measures_part_6():
+    """A6's table trains four models with the student's own ``make_cnn`` and ``train_cnn`` (2.8 s on the
+    solutions): its output belongs in the feedback (the written questions quote it), its CPU time does not belong
+    in ``test_cnn``'s measured budget, where a slow ``train_cnn`` would count twice."""
+    from autograder.course import demonstration
+    from autograder.grading.measure import measurement_notebook
+
+    source = Course().read_source("A6")
+    table = [c for c in source.cells if "def measured_row(" in c.source]
+    assert len(table) == 1 and not demonstration(table[0])
+    measured = measurement_notebook(source, "test_cnn", {"cpu_seconds": 25})
+    assert not any("def measured_row(" in c.source for c in measured.cells)
+    assert any("def make_cnn(" in c.source for c in measured.cells)
+    assert "def measured_row(" in "".join(c.source for c in without_demonstrations(source).cells)
