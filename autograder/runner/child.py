@@ -388,16 +388,35 @@ def prepare_run(request) -> None:
         (Path(request.scratch) / folder).mkdir(exist_ok=True)
 
 
-def main() -> None:
-    from autograder.runner.protocol import ChildRequest
+BLAS_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
+
+def single_threaded_imports():
+    """Import what the driver needs before its namespaces with BLAS on one thread, then give the environment (which
+    the kernel it starts inherits) the run's own thread counts back. numpy (imported through ``dlcourse``) starts
+    OpenBLAS's threads at import where more are asked for, and a process with a second thread cannot make a user
+    namespace (:func:`autograder.runner.isolation.enter_namespaces`). The driver computes nothing with BLAS."""
+    asked = {name: os.environ.get(name) for name in BLAS_THREADS}
+    os.environ.update(dict.fromkeys(BLAS_THREADS, "1"))
+    try:
+        from autograder.runner.isolation import Tmpfs, enter_namespaces
+        from autograder.runner.protocol import ChildRequest
+    finally:
+        for name, value in asked.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return ChildRequest, Tmpfs, enter_namespaces
+
+
+def main() -> None:
+    ChildRequest, Tmpfs, enter_namespaces = single_threaded_imports()
     parser = argparse.ArgumentParser()
     parser.add_argument("--request", required=True, help="the ChildRequest, as JSON")
     args = parser.parse_args()
     request = ChildRequest.from_json(args.request)
     if request.namespaces:
-        from autograder.runner.isolation import Tmpfs, enter_namespaces
-
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
@@ -430,6 +449,8 @@ def main() -> None:
         code = [f"import {name}" for name in modules]
         if "torch" in modules and request.threads:  # torch caps OMP_NUM_THREADS at the cores; this it keeps
             code.append(f"torch.set_num_threads({request.threads})")
+        if "numpy" in modules and request.threads:  # and so does OpenBLAS: as a forked kernel's (set_threads)
+            code.append(f"__import__('threadpoolctl').threadpool_limits({request.threads})")
         # loaded, but no name left behind: a notebook that forgot an import fails here as in a forked kernel
         code.append("del " + ", ".join(dict.fromkeys(name.split(".")[0] for name in modules)))
         warm = nbformat.v4.new_code_cell("\n".join(code))

@@ -58,6 +58,7 @@ from autograder.runner.linux import (
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
     nvidia_gpu_here,
+    thread_count,
 )
 from autograder.runner.protocol import ChildRequest
 
@@ -73,11 +74,6 @@ KERNEL_MODULES = (
     "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.oinspect", "IPython.extensions.storemagic",
     "tornado.platform.asyncio",
 )  # fmt: skip
-
-
-def thread_count() -> int:
-    """Threads of this process (a fork copies only the calling one: the parent must have no other)."""
-    return len(os.listdir("/proc/self/task"))
 
 
 # ----------------------------------------------------------------------------- the grader's side

@@ -43,7 +43,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autograder.runner.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, nvidia_gpu_here
+from autograder.runner.linux import CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, nvidia_gpu_here, thread_count
 from autograder.settings import Settings
 
 MODES = ("auto", "bubblewrap", "basic")
@@ -235,6 +235,17 @@ class Tmpfs:
     temp_size: int = 256 * 2**20
 
 
+def _single_threaded() -> None:
+    """Raise OSError (EINVAL, as unshare would) unless this process has one thread."""
+    threads = thread_count()
+    if threads != 1:
+        raise OSError(
+            errno.EINVAL,
+            f"this process has {threads} threads: its namespaces are made by one thread (unshare(CLONE_NEWUSER) "
+            "refuses any other)",
+        )
+
+
 def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = Tmpfs()) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
@@ -244,8 +255,11 @@ def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = T
     namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
     ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). ``tmpfs``: the
     submission's own folders and the size of the temporary ones (:class:`Tmpfs`), gone with the namespace.
-    Raises OSError when the kernel refuses.
+    Raises OSError when the kernel refuses, and when this process has more than one thread: a user namespace
+    cannot be made by one (EINVAL), so it is refused as root too, where none is needed, so that a change that
+    starts a thread too early fails wherever the grader runs, not only where it is a normal user.
     """
+    _single_threaded()
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWNET | extra | (0 if uid == 0 else CLONE_NEWUSER)
     _check(_libc.unshare(flags), "unshare")

@@ -31,6 +31,11 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 
 
+def thread_count() -> int:
+    """Threads of this process (a fork copies only the calling one; a user namespace is made by a process of one)."""
+    return len(os.listdir("/proc/self/task"))
+
+
 def nvidia_gpu_here() -> bool:
     """Whether this machine has an NVIDIA GPU's device nodes (asked without loading anything)."""
     return os.path.exists("/dev/nvidiactl") or any(Path("/dev").glob("nvidia[0-9]*"))

@@ -11,6 +11,9 @@ import time
 
 import psutil
 
+# how long the watchdog goes on killing what a stopped kernel left before it waits for the driver's report
+KILL_SECONDS = 5.0
+
 
 class Watchdog:
     """``folders``: the run's own in-memory file systems (its tmpfs mounts, seen through its driver's root):
@@ -56,15 +59,21 @@ class Watchdog:
         driver = self._driver()
         if driver is None:
             return
-        try:
-            below = driver.children(recursive=True)
-        except psutil.Error:
-            return
-        for proc in below:
+        # again while any is left: a fork bomb makes new ones between a listing and its kills (those reparent
+        # to the driver, the PID namespace's init, or its subreaper, so the next listing finds them)
+        deadline = time.monotonic() + KILL_SECONDS
+        while True:
             try:
-                proc.kill()
+                below = [p for p in driver.children(recursive=True) if _alive(p)]
             except psutil.Error:
-                pass
+                return
+            if not below or time.monotonic() > deadline:
+                break
+            for proc in below:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
         try:
             self.process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
@@ -202,3 +211,11 @@ def resident_bytes(pid: int) -> int:
             return int(fh.read().split()[1]) * PAGE
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs (a zombie has ended: only its parent's wait is left)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

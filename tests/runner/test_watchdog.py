@@ -1,0 +1,69 @@
+"""The watchdog stops a kernel by killing everything below the run's driver. A fork bomb makes new processes between
+a listing of them and its kills: one pass left some alive, the driver waited out its whole grace for a kernel that
+never went, and its report (what ran before, which the rules grade) was lost: seen as a normal user on a loaded
+machine, where the hostile batch's fork bomb (tests/grading/test_autograder_e2e.py) scored 0 instead of 40, in 2 of
+2 runs, and 40 in 3 of 3 once the watchdog killed again while anything was left. The race itself cannot be made to
+happen on demand, so here the driver's process table is a fake one in which each listing is followed by new
+processes, as a fork bomb's is."""
+
+from __future__ import annotations
+
+import psutil
+
+from autograder.runner.watchdog import Watchdog
+
+
+class Process:
+    def __init__(self, pid: int):
+        self.pid, self.killed = pid, False
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def status(self) -> str:
+        return psutil.STATUS_ZOMBIE if self.killed else psutil.STATUS_RUNNING
+
+
+class ForkingDriver:
+    """The driver of a kernel that forks: after each of the first ``forks`` listings, two new processes appear."""
+
+    def __init__(self, forks: int):
+        self.processes = [Process(2)]
+        self.forks, self.listings = forks, 0
+
+    def children(self, recursive: bool = False) -> list[Process]:
+        listed = list(self.processes)
+        self.listings += 1
+        if self.listings <= self.forks:  # made between this listing and its kills
+            self.processes += [Process(len(self.processes) + 2 + i) for i in range(2)]
+        return listed
+
+
+class Waited:
+    def wait(self, timeout=None) -> int:
+        return 0
+
+    def poll(self) -> int:
+        return 0
+
+
+def watchdog_of(driver: ForkingDriver) -> Watchdog:
+    watchdog = Watchdog.__new__(Watchdog)
+    watchdog.process, watchdog.root, watchdog.forked = Waited(), driver, True
+    return watchdog
+
+
+def test_stopping_a_kernel_kills_again_until_nothing_is_left_alive_below_the_driver():
+    driver = ForkingDriver(forks=5)
+    watchdog_of(driver).stop_kernel(grace=0)
+    assert len(driver.processes) == 11
+    assert [p.pid for p in driver.processes if not p.killed] == []
+    assert driver.listings == 7  # six passes that found some alive, and one that found none
+
+
+def test_processes_that_ended_are_not_waited_for():
+    """A zombie below the driver (ended, not yet reaped) is not alive: it does not keep the watchdog killing."""
+    driver = ForkingDriver(forks=0)
+    driver.processes[0].killed = True
+    watchdog_of(driver).stop_kernel(grace=0)
+    assert driver.listings == 1
