@@ -56,12 +56,15 @@ class Watchdog:
 
     def stop_kernel(self, grace: float = 15) -> None:
         """Kill everything below the driver, then give the driver ``grace`` seconds to report and end."""
+        deadline = time.monotonic() + KILL_SECONDS
         driver = self._driver()
+        while driver is None and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a process of its tree ended while it was looked at: looked at again
+            driver = self._driver()
         if driver is None:
             return
         # again while any is left: a fork bomb makes new ones between a listing and its kills (those reparent
         # to the driver, the PID namespace's init, or its subreaper, so the next listing finds them)
-        deadline = time.monotonic() + KILL_SECONDS
         while True:
             try:
                 below = [p for p in driver.children(recursive=True) if _alive(p)]
@@ -84,12 +87,12 @@ class Watchdog:
         the spawned ``autograder.runner.child`` (under bubblewrap, below its two processes)."""
         if self.root is None or self.forked:
             return self.root
-        try:  # (a process may end while it is looked at: then the next sample looks again)
-            found = [
-                p
-                for p in [self.root, *self.root.children(recursive=True)]
-                if p.cmdline()[1:3] == ["-m", "autograder.runner.child"]  # (bubblewrap's own names it later)
-            ]
+        try:
+            tree = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        found = [p for p in tree if _runs_the_driver(p)]  # (bubblewrap's own names it later)
+        try:  # (a driver that ends while it is looked at: the next sample looks again)
             # with namespaces, the child forks itself once (the outer process waits, the inner one drives)
             inner = [p for p in found if p.ppid() in {q.pid for q in found}]
         except psutil.Error:
@@ -217,5 +220,14 @@ def _alive(process: psutil.Process) -> bool:
     """Whether ``process`` still runs (a zombie has ended: only its parent's wait is left)."""
     try:
         return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _runs_the_driver(process) -> bool:
+    """Whether ``process`` runs ``python -m autograder.runner.child`` (one that ended as it was read does not: under a
+    fork bomb, processes end by the hundred while the tree is looked at, and they must not hide the driver)."""
+    try:
+        return process.cmdline()[1:3] == ["-m", "autograder.runner.child"]
     except psutil.Error:
         return False

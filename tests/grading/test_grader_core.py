@@ -301,13 +301,16 @@ def test_no_run_is_handed_a_compile_cache_and_every_run_has_its_own_home(tmp_pat
             run.cleanup()
 
 
-def test_sandbox_uids_are_taken_in_turn_so_a_freed_one_is_not_reused_at_once(monkeypatch):
+def test_sandbox_uids_are_taken_in_turn_so_a_freed_one_is_not_reused_at_once(monkeypatch, tmp_path):
     """The run that last had a uid has ended, but its processes may still be exiting: the next run takes the
-    next uid (a uid still showing processes would be swept, a fork of the grader, and looked at again)."""
+    next uid (a uid still showing processes would be swept, a fork of the grader, and looked at again). The locks
+    are the test's own: the machine's folder of them belongs to root once a grader has run as root (seen: the
+    suite run as a normal user after one as root could not open it)."""
     from autograder.runner import sandbox
 
     swept = []
     monkeypatch.setattr(sandbox, "kill_all_of_uid", swept.append)
+    monkeypatch.setattr(sandbox, "UID_LOCKS", tmp_path / "locks")
     taken = []
     for _ in range(3):
         uid, fd = sandbox.allocate_uid()

@@ -8,6 +8,8 @@ processes, as a fork bomb's is."""
 
 from __future__ import annotations
 
+import sys
+
 import psutil
 
 from autograder.runner.watchdog import Watchdog
@@ -67,3 +69,78 @@ def test_processes_that_ended_are_not_waited_for():
     driver.processes[0].killed = True
     watchdog_of(driver).stop_kernel(grace=0)
     assert driver.listings == 1
+
+
+class Named(Process):
+    """A process of a spawned run's tree, with its command line (``None``: it ended while it was looked at)."""
+
+    def __init__(self, pid: int, command: list[str] | None, parent: int = 1):
+        super().__init__(pid)
+        self.command, self.parent = command, parent
+
+    def cmdline(self) -> list[str]:
+        if self.command is None:
+            raise psutil.NoSuchProcess(self.pid)
+        return self.command
+
+    def ppid(self) -> int:
+        return self.parent
+
+
+class SpawnedTree:
+    """bubblewrap (the root), the driver below it, its kernel, and a fork bomb's processes, some of which end
+    while the watchdog reads their command lines."""
+
+    def __init__(self):
+        self.pid = 10
+        self.driver = Named(11, [sys.executable, "-m", "autograder.runner.child"], parent=10)
+        kernel = [sys.executable, "-m", "ipykernel_launcher"]
+        self.below = [
+            Named(12, kernel, 11),
+            *(Named(13 + i, None if i % 2 else kernel, 12) for i in range(40)),
+        ]
+
+    def cmdline(self) -> list[str]:
+        return ["bwrap", "--unshare-all"]
+
+    def children(self, recursive: bool = False) -> list[Process]:
+        return [self.driver, *[p for p in self.below if not p.killed]]
+
+
+def test_a_fork_bombs_processes_that_end_while_looked_at_do_not_hide_the_driver():
+    """Half of the bomb's processes end between the listing and the reading of their command lines: before, the
+    watchdog then found no driver at all, killed nothing and waited out its grace, and the report was lost."""
+    tree = SpawnedTree()
+    watchdog = Watchdog.__new__(Watchdog)
+    watchdog.process, watchdog.root, watchdog.forked = Waited(), tree, False
+    assert watchdog._driver() is tree.driver
+    tree.driver.children = lambda recursive=False: tree.below
+    watchdog.stop_kernel(grace=0)
+    assert all(p.killed for p in tree.below) and not tree.driver.killed
+
+
+def test_a_driver_not_found_at_the_first_look_is_looked_for_again_before_the_watchdog_gives_up():
+    class Running(Waited):
+        def poll(self):
+            return None
+
+    tree = SpawnedTree()
+    outer = Named(9, tree.driver.command, parent=10)  # the namespaces' outer process, whose child drives
+    tree.driver.parent = 9
+    looks = []
+
+    def parent():  # the first look meets the inner driver as it is being read: an error, then the next look finds it
+        looks.append(1)
+        if len(looks) == 1:
+            raise psutil.NoSuchProcess(tree.driver.pid)
+        return 9
+
+    tree.driver.ppid = parent
+    tree.children = lambda recursive=False: [outer, tree.driver, *[p for p in tree.below if not p.killed]]
+    tree.driver.children = lambda recursive=False: [p for p in tree.below if not p.killed]
+    watchdog = Watchdog.__new__(Watchdog)
+    watchdog.process, watchdog.root, watchdog.forked = Running(), tree, False
+    watchdog.stop_kernel(grace=0)
+    assert (
+        len(looks) >= 2 and all(p.killed for p in tree.below) and not tree.driver.killed and not outer.killed
+    )
