@@ -40,7 +40,7 @@ def test_a_spawned_driver_makes_its_namespaces_whatever_thread_count_its_run_ask
     assert report["interfaces"] == ["lo"] and report["python"] == "ok"
 
 
-def test_namespaces_are_refused_to_a_threaded_process_with_the_reason(tmp_path):
+def test_namespaces_are_refused_to_a_threaded_process_with_the_reason():
     """In a fork of this process with a thread started: refused before anything is changed, saying why."""
     read, write = os.pipe()
     pid = os.fork()

@@ -1,10 +1,10 @@
 """The watchdog stops a kernel by killing everything below the run's driver. A fork bomb makes new processes between
 a listing of them and its kills: one pass left some alive, the driver waited out its whole grace for a kernel that
 never went, and its report (what ran before, which the rules grade) was lost: seen as a normal user on a loaded
-machine, where the hostile batch's fork bomb (tests/grading/test_autograder_e2e.py) scored 0 instead of 40, in 2 of
-2 runs, and 40 in 3 of 3 once the watchdog killed again while anything was left. The race itself cannot be made to
-happen on demand, so here the driver's process table is a fake one in which each listing is followed by new
-processes, as a fork bomb's is."""
+machine, where the hostile batch's fork bomb (tests/grading/test_autograder_e2e.py) scored 0 instead of 40. Under
+bubblewrap, one of the bomb's processes that ended while the watchdog read its command line made it find no driver
+at all, and kill nothing. After both fixes: 40 in 5 of 5 runs. The races cannot be made to happen on demand, so here
+the process table is a fake one in which processes appear after each listing, or end as they are read."""
 
 from __future__ import annotations
 
