@@ -157,11 +157,16 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
     import sys
     import time
 
+    from nbformat.v4 import new_code_cell
     from nbgrader.api import Gradebook
 
     students = [f"k{i}" for i in range(4)]
     for sid in students:
-        submit(toy, sid, filled(toy, "T1"))
+        # each hand-in takes a second and a half (an added cell that waits): on a quiet machine the toy's four
+        # runs otherwise end within one poll below, and the kill lands after the batch, not in it
+        handin = filled(toy, "T1")
+        handin.cells.append(new_code_cell("import time\ntime.sleep(1.5)"))
+        submit(toy, sid, handin)
     command = [
         sys.executable,
         "-m",
