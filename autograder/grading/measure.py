@@ -5,9 +5,10 @@ A source marks such a cell with ``metadata.dlcourse.measure``: ``memory_mb`` (wh
 beyond what the kernel holds when the cell starts), ``cpu_seconds`` (CPU time, not the wall clock), or
 ``cpu_factor`` (CPU time as a multiple of what the solutions took on this machine, so the cap is the same on a
 faster or a slower grader). For each measured cell the grader builds a notebook of the submission's own code
-(every code cell of the repaired notebook that is not a graded test: set-up, given code, the student's answers
-and added cells; not a read-only cell the source marks ``metadata.dlcourse.not_measured``, such as A8's Triton
-demonstration, which the feedback shows but whose work would count against every cap, nor one the grader never runs,
+(every code cell of the repaired notebook above the measured cell that is not a graded test: set-up, given code,
+the student's answers and added cells, as the notebook's own run has run them when it reaches the cell, and
+nothing below it; not a read-only cell the source marks ``metadata.dlcourse.not_measured``, a demonstration above
+the measured cell that the feedback shows but whose work would count against its cap, nor one the grader never runs,
 :func:`demonstration`) followed by the measured cell, once, under its caps (no warm-up run of it: a value computed
 there could be kept and handed back; what first calls load counts against the allowance, for the solutions too).
 CPU time is capped from the first cell on, memory from the measured cell on. Just before the measured cell the
@@ -73,7 +74,7 @@ def spec_of(cell) -> dict | None:
 def measurement_notebook(
     notebook, grade_id: str, caps: dict, seed: int | None = None
 ) -> nbformat.NotebookNode:
-    """The submission's own code, then the test cell ``grade_id``, under ``caps``: CPU seconds from the first
+    """The submission's own code above the test cell ``grade_id``, then the cell, under ``caps``: CPU seconds from the first
     cell on (work done by an answer cell before the test, to be handed back by it, counts too), memory from the
     test cell on (an answer cell may import what it likes). ``seed``: set as ``MEASURE_SEED`` just before the
     test cell, so that its inputs cannot be known, and their answers computed, before the caps bind."""
@@ -84,6 +85,7 @@ def measurement_notebook(
         if is_graded_test(cell):
             if nbgrader_meta(cell).get("grade_id") == grade_id:
                 measured = cell
+                break  # what the notebook's own run holds when it reaches the cell: nothing below it
             continue
         if demonstration(cell) or read_only_marked(cell, NOT_MEASURED):
             continue

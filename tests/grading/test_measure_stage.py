@@ -133,3 +133,29 @@ def test_a_read_only_demonstration_is_left_out_of_the_measured_run_and_nothing_e
     )
     sources = [c.source for c in measurement_notebook(nb, "test_it", {"cpu_seconds": 5}, seed=3).cells]
     assert sources == ["import dlcourse", "answer = 1", "mine = 2", "MEASURE_SEED = 3", "check('x', answer)"]
+
+
+def test_the_measured_run_holds_the_code_before_its_cell_as_the_notebooks_run_does():
+    """In the notebook's own run a test cell sees only the cells above it. The measured run ran every code cell of
+    the notebook before the measured one, later answers and demonstrations too: A7's benchmark cells ran in each of
+    its three measured runs and counted against their caps, and a later cell could change what the measured cell
+    calls there (``answer`` rebound below) and nowhere else. It now holds what the notebook's run holds."""
+    from autograder.grading.measure import measurement_notebook
+
+    def cell(gid, source, **nbgrader):
+        made = nbformat.v4.new_code_cell(source)
+        made.metadata["nbgrader"] = {"grade_id": gid, **nbgrader}
+        return made
+
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            cell("setup", "import dlcourse", locked=True),
+            cell("answer", "answer = 1", locked=False, solution=True),
+            cell("test_it", "check('x', answer)", locked=True, solution=False, grade=True, points=1),
+            cell("later", "answer = 'rebound'", locked=False, solution=True),
+            nbformat.v4.new_code_cell("benchmark()"),  # a student's own cell below the test
+            cell("demo", "expensive_demo()", locked=True),
+        ]
+    )
+    sources = [c.source for c in measurement_notebook(nb, "test_it", {"cpu_seconds": 5}, seed=3).cells]
+    assert sources == ["import dlcourse", "answer = 1", "MEASURE_SEED = 3", "check('x', answer)"]
