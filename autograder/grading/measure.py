@@ -74,9 +74,9 @@ def spec_of(cell) -> dict | None:
 def measurement_notebook(
     notebook, grade_id: str, caps: dict, seed: int | None = None
 ) -> nbformat.NotebookNode:
-    """The submission's own code above the test cell ``grade_id``, then the cell, under ``caps``: CPU seconds from the first
-    cell on (work done by an answer cell before the test, to be handed back by it, counts too), memory from the
-    test cell on (an answer cell may import what it likes). ``seed``: set as ``MEASURE_SEED`` just before the
+    """The submission's own code above the test cell ``grade_id`` (nothing below it), then the cell, under
+    ``caps``: CPU seconds from the first cell on (work done by an answer cell before the test, to be handed back by
+    it, counts too), memory from the test cell on (an answer cell may import what it likes). ``seed``: set as ``MEASURE_SEED`` just before the
     test cell, so that its inputs cannot be known, and their answers computed, before the caps bind."""
     cells, measured = [], None
     for cell in notebook.cells:
