@@ -19,6 +19,7 @@ the machine's software and device), limits, isolation and workers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -34,7 +35,7 @@ import nbformat
 from autograder.course import Course
 from autograder.files import sha256_regular, write_json_atomic
 from autograder.grading.pipeline import Job, decide_kept, make_batch, run_jobs
-from autograder.grading.reference import Reference, build_reference, source_errors
+from autograder.grading.reference import Reference, build_reference, code_digest, source_errors
 from autograder.intake.handin import frameworks_used
 from autograder.intake.samples import filled, untouched
 from autograder.progress import Heartbeat
@@ -103,13 +104,21 @@ def probe_isolation(
 
 
 def canary_key(reference: Reference, settings: Settings) -> str:
-    """What a passed canary is cached by: the reference, and the limits, isolation (resolved), workers and
-    strictness it was run with."""
+    """What a passed canary is cached by: the reference, the grader's whole code (:func:`code_digest`: a grader
+    upgraded proves itself again, from the canary's kept runs where only decisions changed), and the limits,
+    isolation (resolved), workers and strictness it was run with."""
     s = settings
     text = json.dumps(
-        [reference.digest, asdict(s.limits), asdict(s.isolation), s.workers, s.strict], sort_keys=True
+        [reference.digest, _code(), asdict(s.limits), asdict(s.isolation), s.workers, s.strict],
+        sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def _code() -> str:
+    """This process's :func:`code_digest` (its code does not change under it)."""
+    return code_digest()
 
 
 def canary_path(course: Course, aid: str, key: str) -> Path:

@@ -153,6 +153,7 @@ def grading_code() -> bytes:
         "course.py",
         "grading/reference.py",
         "grading/decisions.py",
+        "grading/measure.py",  # what a measured cell's run holds, the solutions' and a student's
         "runner/child.py",
         "runner/protocol.py",
     )
@@ -160,6 +161,21 @@ def grading_code() -> bytes:
     return b"".join((here / name).read_bytes() for name in names) + b"".join(
         Path(module.__file__).read_bytes() for module in recording
     )
+
+
+def code_digest(*packages: Path) -> str:
+    """A hash over every Python file of ``packages`` (default: the autograder's and the course package's): what
+    a passed canary vouches for. :func:`grading_code` holds only what recorded values depend on, so that a regrade
+    after an upgrade re-decides kept runs; the canary proves the whole path again after any change to it."""
+    import dlcourse
+
+    digest = hashlib.sha256()
+    for package in packages or (Path(__file__).parents[1], Path(dlcourse.__file__).parent):
+        for path in sorted(package.rglob("*.py")):
+            digest.update(
+                f"{package.name}/{path.relative_to(package)}\0".encode() + path.read_bytes() + b"\0"
+            )
+    return digest.hexdigest()
 
 
 def source_digest(course: Course, aid: str) -> str:

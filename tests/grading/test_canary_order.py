@@ -166,3 +166,49 @@ def test_two_graders_proving_the_same_canary_at_once_keep_the_runs_of_the_one_th
     assert (again["solutions"].score, again["release"].score) == (100.0, 0.0)
     assert not [p for p in keep.parent.iterdir() if p.name.startswith(".")], "a proof's own folder was left"
     assert canary_path(toy_course, "T1", a_record["key"]).is_file()
+
+
+def test_an_upgraded_grader_proves_itself_again_from_the_canarys_kept_runs(toy_course, monkeypatch):
+    """A passed canary vouches for the grader that ran it. It was cached by the reference's digest, which holds only
+    the code that recorded values depend on, so a grader whose pipeline or verification changed took the old proof
+    as its own. The proof's key now holds the grader's whole code: the upgraded one proves itself again (here from the
+    canary's kept runs, as a regrade decides kept runs again), and the next batch takes that proof."""
+    from autograder.grading import canary as canary_module
+    from autograder.grading.canary import begin_proof
+
+    fake = FakeSandboxes()
+    hand_in(toy_course, "alice")
+    grade(toy_course, "T1", settings(fake))
+    first = begin_proof(toy_course, "T1", settings(fake)).record
+    assert first["passed"] and first["how"] == "ran"
+    monkeypatch.setattr(canary_module, "_code", lambda: "the code of an upgraded grader")
+    hand_in(toy_course, "bob", square="def square(x):\n    return x**3")
+    (bob,) = grade(toy_course, "T1", settings(fake))
+    again = begin_proof(toy_course, "T1", settings(fake)).record
+    assert again["key"] != first["key"] and again["passed"]
+    assert again["how"] == "decided again from its kept runs" and bob.score == 60.0
+
+
+def test_the_grader_code_a_proof_holds_is_every_module_and_the_references_holds_the_measured_run():
+    """Every Python file of the autograder and of the course package changes the proof's key, one outside what a
+    reference's values depend on too (the pipeline); the reference's holds the measurement notebook's code, which
+    decides what the solutions' measured runs held."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import autograder
+    import dlcourse
+    from autograder.grading.reference import code_digest, grading_code
+
+    packages = [Path(autograder.__file__).parent, Path(dlcourse.__file__).parent]
+    with tempfile.TemporaryDirectory() as folder:
+        copies = [
+            shutil.copytree(p, Path(folder) / p.name, ignore=shutil.ignore_patterns("__pycache__"))
+            for p in packages
+        ]
+        assert code_digest(*copies) == code_digest(*packages) == code_digest()
+        with open(copies[0] / "grading" / "pipeline.py", "a") as pipeline:
+            pipeline.write("\n# an upgrade\n")
+        assert code_digest(*copies) != code_digest()
+    assert (packages[0] / "grading" / "measure.py").read_bytes() in grading_code()
