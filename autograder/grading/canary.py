@@ -14,7 +14,7 @@
 Unless all three hold, nothing is recorded (no student starts before the reference is built, and none
 after the canary failed): :class:`CanaryFailed` (or ``IsolationError``, or ``ReferenceError``) says in a
 few lines what differed and how to fix it. A canary that passed is cached per source digest (which covers
-the machine's software and device), limits, isolation and workers.
+the machine's software and device), the grader's whole code, limits, isolation and workers.
 """
 
 from __future__ import annotations
