@@ -334,7 +334,7 @@ def begin_proof(
         results, settings.limits, settings.strict
     ):  # a failure is seen in a real run
         say(
-            f"{aid}: proving the grader: the canary's kept runs decided again (only tolerances or points changed)"
+            f"{aid}: proving the grader: the canary's kept runs decided again (nothing that changes a run changed)"
         )
         conclude(proof, results, "decided again from its kept runs", time.monotonic() - started)
     else:
