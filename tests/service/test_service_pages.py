@@ -95,7 +95,9 @@ def test_a_form_from_another_site_or_without_the_sessions_key_is_refused(served,
     assert answer.status == 403 and "stale" in answer.text()
     assert server.call("GET", "/api/submissions", tokens["alice"]).body["submissions"] == []
     page.click("button:has-text('Sign out')")  # the page's own form carries the key
-    assert "Sign in" in page.content()
+    # the click posts the form and the browser navigates: read the page once the signed-out one has loaded (read at
+    # once, it was seen empty, mid-navigation)
+    page.wait_for_selector("text=Sign in", timeout=30_000)
     page.goto(server.url + "/")
     assert "Sign in" in page.content()
     context.close()
