@@ -76,8 +76,9 @@ def measurement_notebook(
 ) -> nbformat.NotebookNode:
     """The submission's own code above the test cell ``grade_id`` (nothing below it), then the cell, under
     ``caps``: CPU seconds from the first cell on (work done by an answer cell before the test, to be handed back by
-    it, counts too), memory from the test cell on (an answer cell may import what it likes). ``seed``: set as ``MEASURE_SEED`` just before the
-    test cell, so that its inputs cannot be known, and their answers computed, before the caps bind."""
+    it, counts too), memory from the test cell on (an answer cell may import what it likes). ``seed``: set as
+    ``MEASURE_SEED`` just before the test cell, so that its inputs cannot be known, and their answers computed,
+    before the caps bind."""
     cells, measured = [], None
     for cell in notebook.cells:
         if cell.cell_type != "code":

@@ -189,12 +189,11 @@ def test_an_upgraded_grader_proves_itself_again_from_the_canarys_kept_runs(toy_c
     assert again["how"] == "decided again from its kept runs" and bob.score == 60.0
 
 
-def test_the_grader_code_a_proof_holds_is_every_module_and_the_references_holds_the_measured_run():
+def test_the_grader_code_a_proof_holds_is_every_module_and_the_references_holds_the_measured_run(tmp_path):
     """Every Python file of the autograder and of the course package changes the proof's key, one outside what a
     reference's values depend on too (the pipeline); the reference's holds the measurement notebook's code, which
     decides what the solutions' measured runs held."""
     import shutil
-    import tempfile
     from pathlib import Path
 
     import autograder
@@ -202,13 +201,11 @@ def test_the_grader_code_a_proof_holds_is_every_module_and_the_references_holds_
     from autograder.grading.reference import code_digest, grading_code
 
     packages = [Path(autograder.__file__).parent, Path(dlcourse.__file__).parent]
-    with tempfile.TemporaryDirectory() as folder:
-        copies = [
-            shutil.copytree(p, Path(folder) / p.name, ignore=shutil.ignore_patterns("__pycache__"))
-            for p in packages
-        ]
-        assert code_digest(*copies) == code_digest(*packages) == code_digest()
-        with open(copies[0] / "grading" / "pipeline.py", "a") as pipeline:
-            pipeline.write("\n# an upgrade\n")
-        assert code_digest(*copies) != code_digest()
+    copies = [
+        shutil.copytree(p, tmp_path / p.name, ignore=shutil.ignore_patterns("__pycache__")) for p in packages
+    ]
+    assert code_digest(*copies) == code_digest(*packages) == code_digest()
+    with open(copies[0] / "grading" / "pipeline.py", "a") as pipeline:
+        pipeline.write("\n# an upgrade\n")
+    assert code_digest(*copies) != code_digest()
     assert (packages[0] / "grading" / "measure.py").read_bytes() in grading_code()
