@@ -105,8 +105,8 @@ def probe_isolation(
 
 def canary_key(reference: Reference, settings: Settings) -> str:
     """What a passed canary is cached by: the reference, the grader's whole code (:func:`code_digest`: a grader
-    upgraded proves itself again, from the canary's kept runs where only decisions changed), and the limits,
-    isolation (resolved), workers and strictness it was run with."""
+    upgraded proves itself again, by running the canary: :func:`canary_runs`), and the limits, isolation
+    (resolved), workers and strictness it was run with."""
     s = settings
     text = json.dumps(
         [reference.digest, _code(), asdict(s.limits), asdict(s.isolation), s.workers, s.strict],
@@ -134,12 +134,14 @@ def cached_canary(course: Course, aid: str, key: str) -> dict | None:
 
 def canary_runs(course: Course, aid: str, reference: Reference, settings: Settings) -> Path:
     """Where the canary's runs are kept: one folder per (what the reference's values depend on, the release's
-    notebooks, limits, isolation, workers), so an edit of decisions only is decided again from them on this
-    very machine."""
+    notebooks, the grader's whole code, limits, isolation, workers), so an edit of decisions only (a tolerance,
+    points) is decided again from them on this very machine, and an upgraded grader runs them again: runs made
+    by another grader's sandbox (its caps, limits, mounts) prove nothing about this one's."""
     releases = [sha256_regular(course.release_notebook(aid, nb)) for nb in course.notebooks(aid)]
     s = settings
     text = json.dumps(
-        [reference.run_key, releases, asdict(s.limits), asdict(s.isolation), s.workers], sort_keys=True
+        [reference.run_key, releases, _code(), asdict(s.limits), asdict(s.isolation), s.workers],
+        sort_keys=True,
     )
     return course.cache / "canary-runs" / f"{aid}-{hashlib.sha256(text.encode()).hexdigest()[:20]}"
 
@@ -306,7 +308,8 @@ def begin_proof(
     course: Course, aid: str, settings: Settings | None = None, say=None, probe: str = "always"
 ) -> Proof:
     """Probe the isolation and build the reference (as ``settings`` say, the default where None); take the canary's passed record from the cache, or
-    decide the canary again from its kept runs where only decisions changed and it passes. Otherwise the
+    decide the canary again from its kept runs where only the source's decisions changed (the same grader code)
+    and it passes. Otherwise the
     proof's ``record`` stays None: its canary jobs must run (:func:`run_canary`, or beside the students'
     runs, none of them recorded before :func:`conclude` passed).
 

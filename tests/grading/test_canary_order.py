@@ -168,11 +168,12 @@ def test_two_graders_proving_the_same_canary_at_once_keep_the_runs_of_the_one_th
     assert canary_path(toy_course, "T1", a_record["key"]).is_file()
 
 
-def test_an_upgraded_grader_proves_itself_again_from_the_canarys_kept_runs(toy_course, monkeypatch):
-    """A passed canary vouches for the grader that ran it. It was cached by the reference's digest, which holds only
-    the code that recorded values depend on, so a grader whose pipeline or verification changed took the old proof
-    as its own. The proof's key now holds the grader's whole code: the upgraded one proves itself again (here from the
-    canary's kept runs, as a regrade decides kept runs again), and the next batch takes that proof."""
+def test_an_upgraded_grader_runs_its_canary_again_and_a_broken_upgrade_grades_nobody(toy_course, monkeypatch):
+    """A passed canary vouches for the grader that ran it. The proof's key holds the grader's whole code, and so do
+    the canary's kept runs: runs made by another grader's sandbox prove nothing about this one's (a cap, a limit or
+    a mount changed in ``autograder/runner`` changes every run). So an upgraded grader runs the canary again; here
+    the upgrade broke the sandbox (the solutions' run crashes), and it refuses the batch, where deciding the old
+    runs again would have passed it and graded bob in the broken sandbox."""
     from autograder.grading import canary as canary_module
     from autograder.grading.canary import begin_proof
 
@@ -182,11 +183,22 @@ def test_an_upgraded_grader_proves_itself_again_from_the_canarys_kept_runs(toy_c
     first = begin_proof(toy_course, "T1", settings(fake)).record
     assert first["passed"] and first["how"] == "ran"
     monkeypatch.setattr(canary_module, "_code", lambda: "the code of an upgraded grader")
+
+    def broken(notebook):
+        return crashed_solutions(notebook) if toy_kind(notebook) == "solutions" else run_here(notebook)
+
     hand_in(toy_course, "bob", square="def square(x):\n    return x**3")
-    (bob,) = grade(toy_course, "T1", settings(fake))
+    upgraded = FakeSandboxes(broken)
+    with pytest.raises(CanaryFailed, match="the source's own solutions got 0/100"):
+        grade(toy_course, "T1", settings(upgraded))
+    assert "solutions" in [toy_kind(nb) for nb in upgraded.notebooks], "the upgraded grader ran no canary"
+    assert load_result(toy_course, "T1", "bob") is None
+    (bob,) = grade(
+        toy_course, "T1", settings(FakeSandboxes())
+    )  # the upgrade fixed: it proves itself by running
     again = begin_proof(toy_course, "T1", settings(fake)).record
-    assert again["key"] != first["key"] and again["passed"]
-    assert again["how"] == "decided again from its kept runs" and bob.score == 60.0
+    assert again["key"] != first["key"] and again["passed"] and again["how"] == "ran", again
+    assert bob.score == 60.0
 
 
 def test_the_grader_code_a_proof_holds_is_every_module_and_the_references_holds_the_measured_run(tmp_path):
