@@ -90,7 +90,9 @@ def probe_isolation(
             f"the sandbox could not start Python {user} ({isolation.describe()}):\n  {cause[-900:]}\n"
             + "\n".join(f"  fix: {hint}" for hint in hints)
         )
-    if isolation.mode == "bubblewrap" or isolation.namespaces:
+    if not (isolation.mode == "bubblewrap" or isolation.namespaces):
+        _refuse_an_open_course(course, isolation, report)
+    else:
         if report.get("interfaces") != ["lo"]:
             raise IsolationError(
                 f"the sandbox was meant to have no network, but sees {report.get('interfaces')}"
@@ -101,6 +103,35 @@ def probe_isolation(
             )
     _PROBED[key] = report
     return report
+
+
+def _refuse_an_open_course(course: Course, isolation: Isolation, report: dict) -> None:
+    """Without namespaces or bubblewrap nothing covers the course: a submission's user that may enter its folders
+    reads the source's solutions, the reference's hidden values and the gradebook by the names the public layout
+    gives, and earns points it never computed. Refused, with the fixes, unless the probe (the grader's own child,
+    before any submission's code) found that its user may enter none of them: as root, whose submissions run as
+    users of their own, a course readable by its owner only; a normal user's own course, never."""
+    private = list(course.private_folders())
+    enterable = report.get("enterable")
+    reachable = private if enterable is None else [p for p in private if p in enterable]
+    if not reachable:
+        return
+    who = "its own uid" if isolation.separate_uid else "the grader's own user"
+    fixes = [
+        f"install bubblewrap ({INSTALL_BUBBLEWRAP}) where it can make its namespaces",
+        "or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10 and "
+        "later, kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for this Python)",
+    ]
+    if isolation.separate_uid:
+        fixes.append(f"or make the course readable by its owner only (chmod -R go-rwx {course.root})")
+    else:
+        fixes.append("or run the grader as root, each submission then runs as a user of its own")
+    raise IsolationError(
+        f"no namespace or bubblewrap covers the course here, and a submission's code runs as {who}, which may "
+        f"enter {', '.join(reachable)}: it could read the source's solutions, the reference's hidden values and the "
+        "gradebook and earn points it never computed, so nothing is graded:\n"
+        + "\n".join(f"  fix: {fix}" for fix in fixes)
+    )
 
 
 def canary_key(reference: Reference, settings: Settings) -> str:

@@ -367,6 +367,9 @@ def probe(hidden: list[str], revealed: list[str]) -> int:
 
     report = {"uid": os.getuid(), "interfaces": sorted(name for _, name in socket.if_nameindex())}
     report["visible"] = [path for path in hidden if _shows_more_than(path, revealed)]
+    # where no namespace covers them: the folders this user may enter, and so read by the names the course's public
+    # layout gives (listing them may be refused where entering is not)
+    report["enterable"] = [path for path in hidden if os.access(path, os.X_OK)]
     try:
         import nbclient  # noqa: F401  (what this process needs once it has dropped its privileges)
 
