@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.course import Course
+from autograder.course import ROOT, Course
 from autograder.files import sha256_regular, write_json_atomic
 from autograder.grading.pipeline import Job, decide_kept, make_batch, run_jobs
 from autograder.grading.reference import Reference, build_reference, code_digest, source_errors
@@ -122,8 +123,14 @@ def _refuse_an_open_course(course: Course, isolation: Isolation, report: dict) -
         "or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 23.10 and "
         "later, kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for this Python)",
     ]
-    if isolation.separate_uid:
+    needed = [ROOT / "dlcourse", Path(sys.prefix)]  # what every kernel reads, which no chmod may close
+    if isolation.separate_uid and not any(p.is_relative_to(course.root) for p in needed):
         fixes.append(f"or make the course readable by its owner only (chmod -R go-rwx {course.root})")
+    elif isolation.separate_uid:
+        fixes.append(
+            "(the course holds the course package or the Python environment that every kernel needs, so it "
+            "cannot be closed to them by its permissions)"
+        )
     else:
         fixes.append("or run the grader as root, each submission then runs as a user of its own")
     raise IsolationError(

@@ -24,7 +24,7 @@ from autograder.intake.release import release
 from autograder.runner.isolation import Isolation, IsolationError
 from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
-from tests.fixtures.toy_course import make_course, submit
+from tests.fixtures.toy_course import ROOT, make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=30, memory_mb=2048)
 REFUSED = "could read the source's solutions, the reference's hidden values and the gradebook"
@@ -57,6 +57,12 @@ def test_without_namespaces_a_course_the_submissions_user_may_enter_is_refused(t
             probe_isolation(course, LIMITS, bare, sandboxes=Probed(report))
         fix = "chmod -R go-rwx" if separate_uid else "run the grader as root"
         assert fix in str(refused.value) and "install bubblewrap" in str(refused.value)
+    # a course that holds the course package every kernel imports (this repository) cannot be closed by chmod
+    here = Course(root=ROOT)
+    with pytest.raises(IsolationError, match=REFUSED) as refused:
+        probe_isolation(here, LIMITS, bare, sandboxes=Probed({**seen, "enterable": [str(ROOT)]}))
+    assert "chmod" not in str(refused.value)
+    assert ("cannot be closed to them" in str(refused.value)) == separate_uid
     # the course out of its user's reach (root's submissions under their own uid, the course private): graded
     assert probe_isolation(course, LIMITS, bare, sandboxes=Probed({**seen, "enterable": ["/tmp"]}))
     # with namespaces the course is covered by empty folders, whatever the permissions: nothing to refuse
