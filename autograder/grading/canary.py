@@ -42,7 +42,7 @@ from autograder.intake.samples import filled, untouched
 from autograder.progress import Heartbeat
 from autograder.result import STOPPED, Result
 from autograder.runner.interface import SandboxFactory
-from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError, resolved
+from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError, OpenCourse, resolved
 from autograder.runner.sandbox import Sandbox
 from autograder.settings import Limits, Settings
 
@@ -133,7 +133,7 @@ def _refuse_an_open_course(course: Course, isolation: Isolation, report: dict) -
         )
     else:
         fixes.append("or run the grader as root, each submission then runs as a user of its own")
-    raise IsolationError(
+    raise OpenCourse(
         f"no namespace or bubblewrap covers the course here, and a submission's code runs as {who}, which may "
         f"enter {', '.join(reachable)}: it could read the source's solutions, the reference's hidden values and the "
         "gradebook and earn points it never computed, so nothing is graded:\n"

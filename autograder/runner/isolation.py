@@ -65,6 +65,11 @@ class IsolationError(RuntimeError):
     """The isolation asked for cannot be had here; the message says why and how to get it."""
 
 
+class OpenCourse(IsolationError):
+    """No namespace or bubblewrap covers the course here, and a submission's user may enter it: nothing is graded
+    (:func:`autograder.grading.canary.probe_isolation`)."""
+
+
 @dataclass(frozen=True)
 class Isolation:
     mode: str  # "bubblewrap" or "basic"

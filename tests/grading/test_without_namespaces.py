@@ -116,3 +116,36 @@ def test_without_namespaces_a_submission_that_reads_the_course_is_never_graded(m
             assert mallory.score == 0, mallory
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+MADE_UP = """
+from autograder.runner.isolation import IsolationError, OpenCourse
+
+
+def test_that_grades_where_grading_is_refused():
+    raise OpenCourse("no namespace or bubblewrap covers the course here")
+
+
+def test_whose_sandbox_is_broken():
+    raise IsolationError("the sandbox could not start Python")
+"""
+
+
+def test_the_suite_skips_a_test_that_grades_where_grading_is_refused_and_fails_any_other_isolation_error(
+    tmp_path,
+):
+    """On such a machine the suite says why it does not grade (each test that grades is skipped with the grader's
+    reason, as the bubblewrap tests are where bubblewrap cannot run); a sandbox that fails for another reason still
+    fails its test."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_made_up.py").write_text(MADE_UP)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "-rfs", "-q", str(tmp_path / "test_made_up.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "1 failed, 1 skipped" in done.stdout, done.stdout[-2000:]
+    assert "grading refused here: no namespace or bubblewrap covers the course here" in done.stdout
+    assert "FAILED" in done.stdout and "test_whose_sandbox_is_broken" in done.stdout
