@@ -42,7 +42,14 @@ from autograder.intake.samples import filled, untouched
 from autograder.progress import Heartbeat
 from autograder.result import STOPPED, Result
 from autograder.runner.interface import SandboxFactory
-from autograder.runner.isolation import INSTALL_BUBBLEWRAP, Isolation, IsolationError, OpenCourse, resolved
+from autograder.runner.isolation import (
+    INSTALL_BUBBLEWRAP,
+    OPEN_COURSE,
+    Isolation,
+    IsolationError,
+    OpenCourse,
+    resolved,
+)
 from autograder.runner.sandbox import Sandbox
 from autograder.settings import Limits, Settings
 
@@ -91,7 +98,7 @@ def probe_isolation(
             f"the sandbox could not start Python {user} ({isolation.describe()}):\n  {cause[-900:]}\n"
             + "\n".join(f"  fix: {hint}" for hint in hints)
         )
-    if not (isolation.mode == "bubblewrap" or isolation.namespaces):
+    if not isolation.hides_the_course:
         _refuse_an_open_course(course, isolation, report)
     else:
         if report.get("interfaces") != ["lo"]:
@@ -134,7 +141,7 @@ def _refuse_an_open_course(course: Course, isolation: Isolation, report: dict) -
     else:
         fixes.append("or run the grader as root, each submission then runs as a user of its own")
     raise OpenCourse(
-        f"no namespace or bubblewrap covers the course here, and a submission's code runs as {who}, which may "
+        f"{OPEN_COURSE}, and a submission's code runs as {who}, which may "
         f"enter {', '.join(reachable)}: it could read the source's solutions, the reference's hidden values and the "
         "gradebook and earn points it never computed, so nothing is graded:\n"
         + "\n".join(f"  fix: {fix}" for fix in fixes)

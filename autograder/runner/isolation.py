@@ -67,7 +67,10 @@ class IsolationError(RuntimeError):
 
 class OpenCourse(IsolationError):
     """No namespace or bubblewrap covers the course here, and a submission's user may enter it: nothing is graded
-    (:func:`autograder.grading.canary.probe_isolation`)."""
+    (:func:`autograder.grading.canary.probe_isolation`). Its message starts with :data:`OPEN_COURSE`."""
+
+
+OPEN_COURSE = "no namespace or bubblewrap covers the course here"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,12 @@ class Isolation:
     runner: str = (
         "spawn"  # "fork": children of a warm parent (autograder.runner.forkserver); "spawn": fresh ones
     )
+
+    @property
+    def hides_the_course(self) -> bool:
+        """Whether a namespace (its own, or bubblewrap's) covers the course; without one, only file permissions keep
+        a submission's user out of it (:class:`OpenCourse`)."""
+        return self.mode == "bubblewrap" or self.namespaces
 
     def describe(self) -> str:
         if self.mode == "bubblewrap":

@@ -181,11 +181,12 @@ def test_a_killed_grader_resumes_without_grading_anything_twice(toy):
         "60",
     ]
     command += [arg for sid in students for arg in ("--student", sid)]
-    grader = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    said = toy.root / "grader.err"
+    with open(said, "w") as err:
+        grader = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     deadline = time.monotonic() + 180
     while not any(toy.result("T1", s).exists() for s in students) and time.monotonic() < deadline:
+        assert grader.poll() is None, f"the grader ended before the kill: {said.read_text()[-3000:]}"
         time.sleep(0.2)
     os.killpg(grader.pid, signal.SIGKILL)  # mid-batch, without warning
     grader.wait()

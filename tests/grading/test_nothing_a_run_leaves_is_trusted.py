@@ -200,6 +200,9 @@ def test_no_process_of_a_submission_outlives_a_grader_killed_mid_batch(tmp_path,
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and len(_sleepers(token)) < 8:  # two submissions' worth
+            assert grader.poll() is None, (
+                "the grader ended before the hostile submissions started (its error above)"
+            )
             time.sleep(0.5)
         assert len(_sleepers(token)) >= 8, "the hostile submissions never started"
     finally:

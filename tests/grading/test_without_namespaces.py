@@ -21,9 +21,10 @@ from autograder.grading.batch import grade
 from autograder.grading.canary import probe_isolation
 from autograder.grading.record import load_result
 from autograder.intake.release import release
-from autograder.runner.isolation import Isolation, IsolationError
+from autograder.runner.isolation import OPEN_COURSE, Isolation, IsolationError
 from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
+from tests.fixtures.refusal import grading_refused_here
 from tests.fixtures.toy_course import ROOT, make_course, submit
 
 LIMITS = Limits(timeout=90, cell_timeout=30, memory_mb=2048)
@@ -119,11 +120,28 @@ def test_without_namespaces_a_submission_that_reads_the_course_is_never_graded(m
 
 
 MADE_UP = """
-from autograder.runner.isolation import IsolationError, OpenCourse
+import os
+
+from autograder.runner import isolation
+from autograder.runner.isolation import OPEN_COURSE, Isolation, IsolationError, OpenCourse
+
+if os.environ.get("MADE_UP_REFUSED"):  # as on a machine with neither bubblewrap nor namespaces
+    isolation._CACHE[("auto", "auto")] = Isolation("basic", namespaces=False, runner="fork")
 
 
 def test_that_grades_where_grading_is_refused():
-    raise OpenCourse("no namespace or bubblewrap covers the course here")
+    raise OpenCourse(OPEN_COURSE + ", and a submission's code runs as the grader's own user")
+
+
+def test_whose_grader_said_so():
+    assert False, "the grader it started said: " + OPEN_COURSE
+
+
+def test_whose_grader_printed_it():
+    import sys
+
+    print("error: " + OPEN_COURSE, file=sys.stderr)  # as the command line's main() does, captured
+    assert False, "the grader exited 2"
 
 
 def test_whose_sandbox_is_broken():
@@ -134,18 +152,25 @@ def test_whose_sandbox_is_broken():
 def test_the_suite_skips_a_test_that_grades_where_grading_is_refused_and_fails_any_other_isolation_error(
     tmp_path,
 ):
-    """On such a machine the suite says why it does not grade (each test that grades is skipped with the grader's
-    reason, as the bubblewrap tests are where bubblewrap cannot run); a sandbox that fails for another reason still
-    fails its test."""
+    """On a machine that refuses to grade, the suite says why (each test that grades is skipped with the grader's
+    reason, raised in the test or said by a grader it started), as the bubblewrap tests skip where bubblewrap
+    cannot run; a sandbox that fails for another reason still fails its test, and where grading is not refused
+    (this machine's namespaces), nothing is skipped."""
     import subprocess
     import sys
 
     (tmp_path / "test_made_up.py").write_text(MADE_UP)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-rfs", "-q", str(tmp_path / "test_made_up.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert "1 failed, 1 skipped" in done.stdout, done.stdout[-2000:]
-    assert "grading refused here: no namespace or bubblewrap covers the course here" in done.stdout
-    assert "FAILED" in done.stdout and "test_whose_sandbox_is_broken" in done.stdout
+
+    def run(**env):
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-p", "no:randomly",
+             "-rfs", "-q", str(tmp_path / "test_made_up.py")],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+        ).stdout  # fmt: skip
+
+    refused = run(MADE_UP_REFUSED="1")
+    assert "1 failed, 3 skipped" in refused, refused[-2000:]
+    assert refused.count("grading refused here: " + OPEN_COURSE) == 3, refused[-2000:]
+    assert "FAILED" in refused and "test_whose_sandbox_is_broken" in refused
+    if not grading_refused_here():
+        assert "4 failed" in run(), "a test was skipped where grading is not refused"
