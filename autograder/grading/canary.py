@@ -352,11 +352,11 @@ class Proof:
 def begin_proof(
     course: Course, aid: str, settings: Settings | None = None, say=None, probe: str = "always"
 ) -> Proof:
-    """Probe the isolation and build the reference (as ``settings`` say, the default where None); take the canary's passed record from the cache, or
-    decide the canary again from its kept runs where only the source's decisions changed (the same grader code)
-    and it passes. Otherwise the
-    proof's ``record`` stays None: its canary jobs must run (:func:`run_canary`, or beside the students'
-    runs, none of them recorded before :func:`conclude` passed).
+    """Probe the isolation and build the reference (as ``settings`` say, the default where None); take the canary's
+    passed record from the cache, or decide the canary again from its kept runs where only the source's decisions
+    changed (the same grader code) and it passes. Otherwise the proof's ``record`` stays None: its canary jobs
+    must run (:func:`run_canary`, or beside the students' runs, none of them recorded before :func:`conclude`
+    passed).
 
     ``probe="if anything runs"`` (a regrade, whose submissions may all be decided again from kept runs)
     probes only where the reference or the canary has to run: the probe guards runs, and it starts a warm
