@@ -70,7 +70,7 @@ def probe_isolation(
     """Start one child as a submission's (forked from the warm parent of ``warm`` the students' runs use; made
     by ``sandboxes``, a :class:`~autograder.runner.interface.SandboxFactory`, the real Sandbox where None) and
     check what it got; raise IsolationError with the fix."""
-    key = (limits, isolation, course.private_folders(), warm, sandboxes)
+    key = (limits, isolation, course.private_folders(), warm, sandboxes, _permissions(course, isolation))
     if key in _PROBED:
         return _PROBED[key]
     sandbox = (sandboxes or Sandbox)(limits, warm=warm, isolation=isolation, private=course.private_folders())
@@ -111,6 +111,22 @@ def probe_isolation(
             )
     _PROBED[key] = report
     return report
+
+
+def _permissions(course: Course, isolation: Isolation) -> tuple:
+    """Where only permissions keep a submission out of the course: the mode and owner of its folders and of every
+    folder above them, so that a probe that passed is not kept once one of them changed (a course opened later)."""
+    if isolation.hides_the_course:
+        return ()
+    found = []
+    for folder in map(Path, course.private_folders()):
+        for path in (folder, *folder.parents):
+            try:
+                info = path.stat()
+                found.append((str(path), info.st_mode, info.st_uid, info.st_gid))
+            except OSError:
+                found.append((str(path), None))
+    return tuple(found)
 
 
 def _refuse_an_open_course(course: Course, isolation: Isolation, report: dict) -> None:

@@ -72,6 +72,28 @@ def test_without_namespaces_a_course_the_submissions_user_may_enter_is_refused(t
     assert probe_isolation(course, LIMITS, covered, sandboxes=Probed(report))
 
 
+class ByPermissions(Probed):
+    """A probe that finds the course enterable exactly when others may enter its root (as a sandbox user would)."""
+
+    def probe(self) -> dict:
+        root = self.report["root"]
+        return {**self.report, "enterable": [root] if os.stat(root).st_mode & 0o001 else []}
+
+
+def test_a_course_opened_after_its_probe_passed_is_probed_again_and_refused(tmp_path):
+    """A probe that passed is kept for the process (a service grades many submissions with one); a course closed
+    when it passed and opened later (a chmod, a copy that reset the modes) must not keep that pass."""
+    course = Course(root=make_course(tmp_path / "course"))
+    bare = Isolation("basic", namespaces=False, separate_uid=True, runner="fork")
+    sandboxes = ByPermissions({"uid": 1000, "interfaces": ["eth0", "lo"], "python": "ok", "visible": [],
+                               "root": str(course.root)})  # fmt: skip
+    course.root.chmod(0o700)
+    assert probe_isolation(course, LIMITS, bare, sandboxes=sandboxes)
+    course.root.chmod(0o755)
+    with pytest.raises(IsolationError, match=REFUSED):
+        probe_isolation(course, LIMITS, bare, sandboxes=sandboxes)
+
+
 FROM_THE_SOURCE = """import glob, json
 
 for path in glob.glob("/tmp/dlcourse-open-*/course/source/T1/T1.ipynb"):  # (the test's; an attacker searches)
