@@ -118,14 +118,14 @@ def _permissions(course: Course, isolation: Isolation) -> tuple:
     folder above them, so that a probe that passed is not kept once one of them changed (a course opened later)."""
     if isolation.hides_the_course:
         return ()
+    paths = dict.fromkeys(p for f in map(Path, course.private_folders()) for p in (f, *f.parents))
     found = []
-    for folder in map(Path, course.private_folders()):
-        for path in (folder, *folder.parents):
-            try:
-                info = path.stat()
-                found.append((str(path), info.st_mode, info.st_uid, info.st_gid))
-            except OSError:
-                found.append((str(path), None))
+    for path in paths:  # (the workspace and cache lie in the course: their parents once)
+        try:
+            info = path.stat()
+            found.append((str(path), info.st_mode, info.st_uid, info.st_gid))
+        except OSError:
+            found.append((str(path), None))
     return tuple(found)
 
 
