@@ -6,9 +6,12 @@ CPU and on torch's ``meta`` device. This check is for an instructor with a GPU a
 
 1. a kernel in the grader's sandbox (``--isolation``, as ``autograder run`` takes it) multiplies on the GPU: a
    sandbox that hid the GPU would grade every GPU branch as on a CPU, with full marks and no word of it;
-2. the autograder, in the same isolation, on the perfect sample submissions of A3, A5 and A7, whose test cells
-   run the student's code on the GPU where there is one (A3 and A5 train there; A7 times SDPA's fused kernels
-   against the student's own);
+2. the autograder, in the same isolation, on the perfect sample submissions of A3, A5, A7 and A8: the test cells
+   of A3, A5 and A7 run the student's code on the GPU where there is one (A3 and A5 train there; A7 times SDPA's
+   fused kernels against the student's own); A8's optional part, worth no points, compiles the student's Triton
+   kernel there, checks it against ``F.rms_norm`` in float32 and bfloat16 and times it, and the student's
+   feedback page must show that (a sandbox in which Triton cannot compile would tell every student that their
+   kernel "did not run");
 3. the lectures with GPU cells (10, 12, 15 and 16; ``--lectures`` picks), executed top to bottom;
 4. the tests marked ``gpu`` (``pytest -m gpu`` over the files that hold them), which skip themselves elsewhere;
 5. the matmul FLOP/s of the card in float32, TF32, float16 and bfloat16, beside its published peak.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,6 +38,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LECTURES = ("10_hardware", "12_fast_training", "15_attention", "16_language_model")  # each has GPU cells
 GRADED = ("A3", "A5", "A7")  # each has a graded test cell with a torch.cuda.is_available() branch
+# {assignment: its optional GPU part (no points)}: the perfect sample's feedback shows the part checked and timed
+GPU_PARTS = {"A8": "triton_kernel"}
+TRITON_TOLERANCE = {
+    "float32": 1e-4,
+    "bfloat16": 5e-2,
+}  # largest difference from F.rms_norm (bfloat16: half an
+# ulp of the stored output, 2**-6 at the demo's largest values of 4 to 8)
 LECTURE_TIMEOUT_S = 600
 
 
@@ -150,7 +162,40 @@ def grade_perfect_sample(aid: str, isolation: str = "auto") -> tuple[bool, str]:
             return False, f"no grades (exit {done.returncode}): {' | '.join(tail)}"
         with open(grades, newline="") as fh:
             row = next(r for r in csv.DictReader(fh) if r["student_id"] == "perfect")
-    return judged(row)
+        passed, detail = judged(row)
+        if aid in GPU_PARTS:
+            page = out / "feedback" / "perfect.html"
+            part_passed, part = triton_part(page.read_text(encoding="utf-8") if page.is_file() else "")
+            passed, detail = passed and part_passed, f"{detail}; {GPU_PARTS[aid]}: {part}"
+    return passed, detail
+
+
+def triton_part(page: str) -> tuple[bool, str]:
+    """Whether a feedback page shows A8's Triton kernel compiled on the GPU, within tolerance of ``F.rms_norm``
+    in float32 and bfloat16, and timed (the demo cell's lines, as the page shows them under the kernel)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    differences = dict(
+        re.findall(r"torch\.(float32|bfloat16): largest difference from F\.rms_norm (\S+)", text)
+    )
+    timed = {
+        name: (us, rate)
+        for name, us, rate in re.findall(
+            r"(your Triton kernel|F\.rms_norm|your RMSNorm \(Part 2\))\s*:\s*([0-9.]+) us,\s*([0-9.]+) GB/s",
+            text,
+        )
+    }
+    if set(differences) != set(TRITON_TOLERANCE) or len(timed) != 3:
+        said = re.search(
+            r"(your kernel did not run[^\n]*|Triton is not installed[^\n]*|no GPU: [^\n]*)", text
+        )
+        return False, f"not checked and timed on the GPU: {said.group(1)[:200] if said else 'no output'}"
+    wrong = [
+        f"{d} {differences[d]}" for d, limit in TRITON_TOLERANCE.items() if not float(differences[d]) <= limit
+    ]
+    detail = f"off by {differences['float32']} (float32), {differences['bfloat16']} (bfloat16); " + "; ".join(
+        f"{name} {us} us ({rate} GB/s)" for name, (us, rate) in timed.items()
+    )
+    return not wrong, detail if not wrong else f"too far from F.rms_norm: {', '.join(wrong)}; {detail}"
 
 
 def judged(row: dict[str, str]) -> tuple[bool, str]:
@@ -207,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the sandbox the probe and the grading run in, as autograder run takes it (default auto)",
     )  # fmt: skip
     parser.add_argument(
+        "--assignments", default=",".join((*GRADED, *GPU_PARTS)),
+        help="the assignments whose perfect sample is graded, in this order (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
         "--lectures", default=",".join(n.split("_")[0] for n in LECTURES),
         help="the lectures to run, by number (default: %(default)s)",
     )  # fmt: skip
@@ -218,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device_line()}", flush=True)
     chosen = {n.strip().zfill(2) for n in args.lectures.split(",") if n.strip()}
     plan = [(f"sandbox ({args.isolation}) uses the GPU", lambda: sandbox_uses_the_gpu(args.isolation))]
-    for aid in GRADED:
+    known = (*GRADED, *GPU_PARTS)
+    assignments = [a.strip().upper() for a in args.assignments.split(",") if a.strip()]
+    if unknown := [a for a in assignments if a not in known]:
+        parser.error(f"--assignments: {', '.join(unknown)} not among {', '.join(known)}")
+    for aid in assignments:
         plan.append(
             (f"autograder: {aid} perfect sample", lambda aid=aid: grade_perfect_sample(aid, args.isolation))
         )

@@ -66,22 +66,65 @@ def _run_notebook(course: Course, aid: str, sid: str, nb: str | None) -> nbforma
         return None
 
 
-def _answers(run: nbformat.NotebookNode | None) -> list[tuple[str, str, str]]:
+def optional_checks(source: nbformat.NotebookNode) -> dict[str, list[str]]:
+    """{grade_id of an optional answer (``metadata.dlcourse.optional`` in the source): the grade_ids of the
+    read-only code cells after it, up to the next Markdown, answer or test cell} -- the cells that check and time
+    a part worth no points (A8's Triton kernel), whose output is all a student gets back for it. Read from the
+    source, never from the hand-in: a test cell's output is never among them."""
+    checks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for cell in source.cells:
+        meta = nbgrader_meta(cell)
+        if is_solution(cell) and cell.metadata.get("dlcourse", {}).get("optional"):
+            current = checks.setdefault(str(meta.get("grade_id")), [])
+        elif (
+            cell.cell_type == "code"
+            and meta.get("locked")
+            and not is_graded_test(cell)
+            and current is not None
+        ):
+            current.append(str(meta.get("grade_id")))
+        else:
+            current = None
+    return checks
+
+
+def _text(cell) -> str:
+    texts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            texts.append(out.get("text", ""))
+        elif out.get("output_type") == "error":
+            texts.append(f"{out.get('ename')}: {out.get('evalue')}")
+        elif "text/plain" in out.get("data", {}):
+            texts.append(out["data"]["text/plain"])
+    return "".join(texts)
+
+
+def _answers(
+    run: nbformat.NotebookNode | None, checks: dict[str, list[str]] | None = None
+) -> list[tuple[str, str, str]]:
     """(grade_id, the student's code or written answer, its text output) for each answer cell of the run
-    notebook."""
+    notebook; an optional answer's output is followed by that of the cells that check it (``checks``, from
+    :func:`optional_checks`)."""
+    cells = run.cells if run is not None else []
+    by_id = {nbgrader_meta(c).get("grade_id"): c for c in cells if nbgrader_meta(c).get("grade_id")}
     answers = []
-    for cell in run.cells if run is not None else []:
+    for cell in cells:
         if is_solution(cell):
-            texts = []
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "stream":
-                    texts.append(out.get("text", ""))
-                elif out.get("output_type") == "error":
-                    texts.append(f"{out.get('ename')}: {out.get('evalue')}")
-                elif "text/plain" in out.get("data", {}):
-                    texts.append(out["data"]["text/plain"])
-            answers.append((nbgrader_meta(cell).get("grade_id"), cell.source, "".join(texts)[:5000]))
+            gid = nbgrader_meta(cell).get("grade_id")
+            text = _text(cell) + "".join(
+                _text(by_id[c]) for c in (checks or {}).get(str(gid), []) if c in by_id
+            )
+            answers.append((gid, cell.source, text[:5000]))
     return answers
+
+
+def _optional_checks(course: Course, aid: str, nb: str | None) -> dict[str, list[str]]:
+    try:
+        return optional_checks(course.read_source(aid, nb))
+    except Exception:  # noqa: BLE001 (a course without the source at hand: its page shows the answers alone)
+        return {}
 
 
 def failing_line(traceback: list) -> int | None:
@@ -204,10 +247,13 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
     rows = _test_rows(cells, _failures(course, aid, nb, cells, run))
     notes = "".join(f"<li>{e(n)}</li>" for n in result.notes if not several or _about(n, nb, course, aid))
     score, written = _score_and_written(result, late, nb if several else None)
+    checks = _optional_checks(course, aid, nb)
     answers = "".join(
-        f"<h3>{e(str(gid))}</h3><pre>{e(code)}</pre>" + (f"<p>Output:</p><pre>{e(out)}</pre>" if out else "")
-        for gid, code, out in _answers(run)
-    )
+        f"<h3>{e(str(gid))}{' (optional, not graded)' if gid in checks else ''}</h3><pre>{e(code)}</pre>"
+        + (f"<p>{'Output, and the check that runs it' if gid in checks else 'Output'}:</p><pre>{e(out)}</pre>"
+           if out else "")
+        for gid, code, out in _answers(run, checks)
+    )  # fmt: skip
     title = f"{aid}, {nb}.ipynb" if several else aid
     heading, total = score, ""
     if several and not result.is_error:

@@ -168,3 +168,54 @@ def test_the_kernels_rule_is_one_sentence_and_marks_mean_passed(graded):
     assert ours.count("\u2713 passed") == sum(c.passed for c in cells)
     assert ours.count("\u2717 failed") == sum(not c.passed for c in cells)
     assert results["public"].symbol != "\u2713"
+
+
+def test_an_optional_part_shows_the_output_of_the_check_that_runs_it_and_no_test_output():
+    """A8's Triton kernel earns no points: what the student gets back for it is the output of the read-only cell
+    after it, which checks the kernel against ``F.rms_norm`` and times it (on a GPU). The page shows that output
+    under the kernel; which cells those are is read from the source, so a test cell's output (hidden checks'
+    lines among it) never joins an answer's, and an ordinary answer shows only its own output."""
+    import nbformat
+
+    from autograder.course import Course
+    from autograder.outputs.feedback import _answers, optional_checks
+
+    source = Course().read_source("A8")
+    checks = optional_checks(source)
+    assert checks == {"triton_kernel": ["triton_demo"]}
+    run = nbformat.from_dict(nbformat.v4.reads(nbformat.v4.writes(source)))
+    timing = "your Triton kernel    :     21.3 us,  3150.2 GB/s\n"
+    for cell in run.cells:
+        if cell.cell_type == "code":
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"[{gid} printed]\n")]
+            if gid == "triton_demo":
+                cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=timing))
+    shown = {gid: out for gid, _, out in _answers(run, checks)}
+    assert shown["triton_kernel"] == "[triton_kernel printed]\n[triton_demo printed]\n" + timing
+    tests_after = [
+        c.metadata["nbgrader"]["grade_id"] for c in run.cells if c.metadata.get("nbgrader", {}).get("grade")
+    ]
+    assert all(f"[{t} printed]" not in "".join(shown.values()) for t in tests_after)
+    assert shown["tokenizer"] == "[tokenizer printed]\n"  # (the cell after it, a test, is not shown)
+    assert {gid: out for gid, _, out in _answers(run)}["triton_kernel"] == "[triton_kernel printed]\n"
+
+
+def test_an_optional_answer_is_said_to_be_optional_on_the_page(tmp_path, monkeypatch):
+    import nbformat
+
+    from autograder.course import Course
+    from autograder.outputs import feedback
+
+    course = Course()
+    run = nbformat.from_dict(nbformat.v4.reads(nbformat.v4.writes(course.read_source("A8"))))
+    for cell in run.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "triton_demo":
+            cell.outputs = [
+                nbformat.v4.new_output("stream", name="stdout", text="largest difference 2.4e-07\n")
+            ]
+    monkeypatch.setattr(feedback, "_run_notebook", lambda *args: run)
+    page = feedback.render(course, "A8", Result(student_id="s1", assignment="A8", status="graded", cells=[]))
+    text = text_of(page)
+    assert "triton_kernel (optional, not graded)" in text
+    assert "Output, and the check that runs it:largest difference 2.4e-07" in text

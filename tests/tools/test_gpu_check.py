@@ -50,7 +50,7 @@ def test_a_failed_step_fails_the_check_and_the_others_still_run(monkeypatch, cap
     monkeypatch.setattr(gpu_check, "matmul_rates", lambda n: [("float16", 50.0, 65.0), ("tf32", 8.0, None)])
     assert gpu_check.main(["--size", "64", "--isolation", "bubblewrap", "--lectures", "10,16"]) == 1
     out = capsys.readouterr().out
-    assert graded == [("A3", "bubblewrap"), ("A5", "bubblewrap"), ("A7", "bubblewrap")]
+    assert graded == [("A3", "bubblewrap"), ("A5", "bubblewrap"), ("A7", "bubblewrap"), ("A8", "bubblewrap")]
     assert "PASS  sandbox (bubblewrap) uses the GPU" in out
     assert "FAIL  autograder: A3 perfect sample" in out and "RuntimeError: the sandbox did not start" in out
     assert "PASS  autograder: A5 perfect sample" in out and "PASS  autograder: A7 perfect sample" in out
@@ -134,3 +134,88 @@ def test_the_gpu_tests_are_collected_from_the_files_that_mark_them_and_none_runs
     monkeypatch.setattr(gpu_check, "gpu_test_files", lambda: [])
     monkeypatch.setattr(gpu_check.subprocess, "run", lambda *a, **k: pytest.fail("pytest was started"))
     assert gpu_check.run_gpu_tests() == (True, "no tests are marked gpu")
+
+
+def demo_lines(kernel: str, bf16_off: str = "1.6e-02", timed: bool = True) -> str:
+    """What A8's ``triton_demo`` cell prints, in its own format strings (read from the source below)."""
+    lines = f"torch.float32: largest difference from F.rms_norm {kernel}\n"
+    lines += f"torch.bfloat16: largest difference from F.rms_norm {bf16_off}\n"
+    if timed:
+        for name, us in (("your Triton kernel", 21.3), ("F.rms_norm", 30.9), ("your RMSNorm (Part 2)", 95.0)):
+            lines += f"{name:22}: {us:8.1f} us, {2 * 8192 * 1024 * 4 / us / 1e3:7.1f} GB/s\n"
+    return lines
+
+
+def page_showing(output: str, monkeypatch) -> str:
+    """The feedback page of A8's perfect sample where its ``triton_demo`` cell printed ``output``."""
+    import nbformat
+
+    from autograder.course import Course
+    from autograder.outputs import feedback
+    from autograder.result import Result
+
+    course = Course()
+    run = nbformat.from_dict(nbformat.v4.reads(nbformat.v4.writes(course.read_source("A8"))))
+    demo = next(c for c in run.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "triton_demo")
+    assert (
+        'print(f"{dtype}: largest difference from F.rms_norm' in demo.source
+    )  # (the lines demo_lines mimics)
+    assert 'print(f"{name:22}: {timing.median * 1e6:8.1f} us' in demo.source
+    demo.outputs = [nbformat.v4.new_output("stream", name="stdout", text=output)]
+    monkeypatch.setattr(feedback, "_run_notebook", lambda *args: run)
+    return feedback.render(course, "A8", Result(student_id="perfect", assignment="A8", status="graded"))
+
+
+def test_a8s_triton_part_passes_only_when_its_feedback_shows_it_checked_and_timed_on_the_gpu(monkeypatch):
+    """A8's optional part earns no points, so its grade cannot show whether the sandbox let Triton compile: the
+    check reads the perfect sample's feedback page, where the student reads it."""
+    passed, detail = gpu_check.triton_part(page_showing(demo_lines("2.4e-07"), monkeypatch))
+    assert passed and detail.startswith(
+        "off by 2.4e-07 (float32), 1.6e-02 (bfloat16); your Triton kernel 21.3 us ("
+    ), detail
+    assert "F.rms_norm 30.9 us (" in detail and "your RMSNorm (Part 2) 95.0 us (" in detail
+    for output, said in (
+        ("your kernel did not run: RuntimeError: Failed to find C compiler\n", "Failed to find C compiler"),
+        ("Triton is not installed here, so your kernel was not run.\n", "Triton is not installed"),
+        (demo_lines("2.4e-07", timed=False) + "no GPU: Triton's interpreter ran your kernel\n", "no GPU"),
+    ):
+        passed, detail = gpu_check.triton_part(page_showing(output, monkeypatch))
+        assert not passed and detail.startswith("not checked and timed on the GPU") and said in detail, detail
+    passed, detail = gpu_check.triton_part(page_showing(demo_lines("2.4e-07", bf16_off="0.5"), monkeypatch))
+    assert not passed and "too far from F.rms_norm: bfloat16 0.5" in detail, detail
+    passed, detail = gpu_check.triton_part(page_showing(demo_lines("nan"), monkeypatch))
+    assert not passed and "float32 nan" in detail, detail
+    assert not gpu_check.triton_part("")[0]  # (no page)
+
+
+def test_grading_a8s_sample_fails_where_its_page_says_the_kernel_did_not_run(monkeypatch):
+    def fake_run(command, **kwargs):
+        out = Path(command[command.index("--out") + 1])
+        (out / "feedback").mkdir(parents=True)
+        (out / "grades.csv").write_text("student_id,score,max_score,status,reason\nperfect,100,100,graded,\n")
+        (out / "feedback" / "perfect.html").write_text(
+            page_showing("your kernel did not run: CalledProcessError: ptxas\n", monkeypatch)
+        )
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake_run)
+    passed, detail = gpu_check.grade_perfect_sample("A8", "bubblewrap")
+    assert not passed and detail.startswith("100/100 (graded); triton_kernel: not checked and timed"), detail
+    assert "CalledProcessError: ptxas" in detail
+
+
+def test_the_assignments_are_graded_in_the_order_asked_and_an_unknown_one_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr(gpu_check, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_check, "device_line", lambda: "a fake GPU")
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: (True, ""))
+    monkeypatch.setattr(gpu_check, "sandbox_uses_the_gpu", lambda isolation: (True, ""))
+    monkeypatch.setattr(gpu_check, "matmul_rates", lambda n: [])
+    graded = []
+    monkeypatch.setattr(
+        gpu_check, "grade_perfect_sample", lambda aid, isolation: graded.append(aid) or (True, "")
+    )
+    assert gpu_check.main(["--assignments", "a8, A3", "--lectures", ""]) == 0
+    assert graded == ["A8", "A3"]
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--assignments", "A8,A9"])
+    assert "--assignments: A9 not among A3, A5, A7, A8" in capsys.readouterr().err
