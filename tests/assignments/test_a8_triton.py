@@ -77,7 +77,7 @@ import torch
 import torch.nn.functional as F
 cell = open({path!r}).read()
 namespace = {{"torch": torch}}
-exec(cell, namespace)
+exec(compile(cell, {path!r}, "exec"), namespace)  # (from its file: triton.jit reads the kernel's source)
 for rows, width, dtype in ((3, 48, torch.float32), (4096, 1000, torch.float32), (7, 4096, torch.bfloat16)):
     x = torch.randn(rows, width, device="cuda").to(dtype)
     w = torch.rand(width, device="cuda") + 0.5
