@@ -13,6 +13,7 @@ from autograder.intake.repair import repair
 from autograder.intake.samples import SOLUTION_BLOCK, filled, solution_ids, untouched
 from autograder.runner.forkserver import warm_parents
 from autograder.runner.isolation import resolve
+from autograder.runner.linux import nvidia_gpu_here
 from autograder.runner.sandbox import set_uid_base
 from autograder.settings import Limits, Settings
 
@@ -51,6 +52,6 @@ def cold_start() -> None:
 
 __all__ = [
     "ROOT", "SOLUTION_BLOCK", "Course", "Limits", "Listeners", "Settings", "cold_start", "execute_notebook", "filled", "grade", "is_graded_test", "kept_values",
-    "is_solution", "nbgrader_meta", "prove", "regrade", "release", "repair", "resolve", "run_in_sandbox", "run_nbgrader",
+    "is_solution", "nbgrader_meta", "nvidia_gpu_here", "prove", "regrade", "release", "repair", "resolve", "run_in_sandbox", "run_nbgrader",
     "set_uid_base", "solution_ids", "throwaway_course", "untouched", "warm_parents",
 ]  # fmt: skip

@@ -17,7 +17,8 @@ CPU and on torch's ``meta`` device. This check is for an instructor with a GPU a
 5. the matmul FLOP/s of the card in float32, TF32, float16 and bfloat16, beside its published peak.
 
 It prints one line per step as it ends and a summary, and exits 1 if a step failed. Without a CUDA device it prints
-"no CUDA device: nothing to check" and exits 0.
+"no CUDA device: nothing to check" and exits 0; on a machine with an NVIDIA GPU that this Python's torch cannot use
+(a CPU-only build, or a CUDA build newer than the driver) it says so, and where to run it instead, and exits 1.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ TRITON_TOLERANCE = {
 }  # largest difference from F.rms_norm (bfloat16: half an
 # ulp of the stored output, 2**-6 at the demo's largest values of 4 to 8)
 LECTURE_TIMEOUT_S = 600
+ELSEWHERE = (
+    "Run the check in a Python whose torch uses the GPU (a Colab runtime's own): pip install -e '.[grader]' pytest "
+    "hypothesis, then python -m benchmarks.gpu_check"
+)
 
 
 @dataclass
@@ -62,6 +67,26 @@ def cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def unusable_gpu() -> str:
+    """Why this Python's torch cannot use the NVIDIA GPU that this machine has ("" where it has none, or torch
+    uses it): a CPU-only build, or a CUDA build newer than the driver. Said, and the check fails: an environment
+    whose torch cannot see the card would otherwise check nothing and pass."""
+    from autograder.api import nvidia_gpu_here
+
+    if cuda_available() or not nvidia_gpu_here():
+        return ""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed in this Python"
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} here is a CPU-only build"
+    return (
+        f"torch {torch.__version__} here is built for CUDA {torch.version.cuda} and cannot start it "
+        "(a driver older than that CUDA needs? nvidia-smi says which CUDA the driver supports)"
+    )
 
 
 def _env() -> dict[str, str]:
@@ -261,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     if not cuda_available():
+        if why := unusable_gpu():
+            print(f"this machine has an NVIDIA GPU, but {why}: nothing was checked. {ELSEWHERE}")
+            return 1
         print("no CUDA device: nothing to check")
         return 0
 

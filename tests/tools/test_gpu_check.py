@@ -219,3 +219,26 @@ def test_the_assignments_are_graded_in_the_order_asked_and_an_unknown_one_is_ref
     with pytest.raises(SystemExit):
         gpu_check.main(["--assignments", "A8,A9"])
     assert "--assignments: A9 not among A3, A5, A7, A8" in capsys.readouterr().err
+
+
+def test_a_gpu_this_torch_cannot_use_fails_the_check_saying_why(monkeypatch, capsys):
+    """A machine with an NVIDIA card whose environment's torch cannot use it (a CPU-only build, as ``make setup``
+    installs here, or a CUDA build newer than the driver) must not pass having checked nothing."""
+    import autograder.api
+
+    monkeypatch.setattr(gpu_check, "cuda_available", lambda: False)
+    monkeypatch.setattr(autograder.api, "nvidia_gpu_here", lambda: True)
+    monkeypatch.setattr(gpu_check, "run_gpu_tests", lambda: pytest.fail("a step ran"))
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert gpu_check.main([]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("this machine has an NVIDIA GPU, but torch ") and "is a CPU-only build" in out
+    assert "nothing was checked" in out and "python -m benchmarks.gpu_check" in out
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert gpu_check.main([]) == 1
+    assert "built for CUDA 13.0 and cannot start it" in capsys.readouterr().out
+    monkeypatch.setattr(
+        autograder.api, "nvidia_gpu_here", lambda: False
+    )  # no card: nothing to check, as before
+    assert gpu_check.main([]) == 0
+    assert capsys.readouterr().out.strip() == "no CUDA device: nothing to check"
