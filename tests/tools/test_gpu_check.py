@@ -185,6 +185,8 @@ def test_a8s_triton_part_passes_only_when_its_feedback_shows_it_checked_and_time
     assert not passed and "too far from F.rms_norm: bfloat16 0.5" in detail, detail
     passed, detail = gpu_check.triton_part(page_showing(demo_lines("nan"), monkeypatch))
     assert not passed and "float32 nan" in detail, detail
+    passed, detail = gpu_check.triton_part(page_showing(demo_lines("2.4e-07,"), monkeypatch))
+    assert not passed and "float32 2.4e-07," in detail, detail  # (not a number: refused, not raised)
     assert not gpu_check.triton_part("")[0]  # (no page)
 
 
