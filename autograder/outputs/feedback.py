@@ -12,6 +12,7 @@ shows them)."""
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import re
 from dataclasses import dataclass
@@ -121,10 +122,17 @@ def _answers(
 
 
 def _optional_checks(course: Course, aid: str, nb: str | None) -> dict[str, list[str]]:
+    """:func:`optional_checks` of the assignment's source, read once per version of it (not once per page)."""
     try:
-        return optional_checks(course.read_source(aid, nb))
+        path = course.source_notebook(aid, nb)
+        return _checks_of(str(path), path.stat().st_mtime_ns)
     except Exception:  # noqa: BLE001 (a course without the source at hand: its page shows the answers alone)
         return {}
+
+
+@functools.lru_cache(maxsize=16)
+def _checks_of(path: str, _stamp: int) -> dict[str, list[str]]:
+    return optional_checks(nbformat.read(path, as_version=4))
 
 
 def failing_line(traceback: list) -> int | None:
