@@ -42,7 +42,7 @@ test: setup
 	$(VENV)/bin/ruff format --check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m "not tooling" $(PYTEST_ARGS)
 
-## test-tools: the tests that run the developers' measuring tools for real (marker tooling: make bench --quick, a mutant graded)
+## test-tools: the tests that run the developers' tools for real and time a warm parent's start (marker tooling: make bench --quick, a mutant graded, ...)
 test-tools: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m tooling $(PYTEST_ARGS)
 

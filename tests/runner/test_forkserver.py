@@ -299,6 +299,7 @@ def test_the_frameworks_of_an_assignment_are_found_without_importing_them(tmp_pa
     )
 
 
+@pytest.mark.tooling  # (how fast a warm parent starts, not what a run may do: make test-tools)
 def test_warm_parents_of_different_slots_start_at_the_same_time(monkeypatch):
     """Starting slot 1's warm parent (seconds of imports) must not hold up slot 0's, which is already up."""
     import threading
@@ -339,6 +340,7 @@ def test_warm_parents_of_different_slots_start_at_the_same_time(monkeypatch):
 COMPILING = ("numpy", "torch", "torch._dynamo", "torch._inductor.compile_fx")
 
 
+@pytest.mark.tooling  # (how fast a warm parent starts, not what a run may do: make test-tools)
 def test_a_kernel_of_a_compiling_assignment_starts_with_the_vector_isa_probed():
     """torch.compile's first call on a CPU compiles C++ probes of the machine's vector instructions (8 s); the
     warm parent of an assignment that compiles asks once, and each forked kernel starts with the answer."""

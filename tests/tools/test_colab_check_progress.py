@@ -20,6 +20,7 @@ TCP = (
 )
 
 
+@pytest.mark.tooling  # (make colab-check's steps, run for real: make test-tools)
 def test_a_step_streams_its_lines_beats_while_silent_and_drops_only_the_kernel_noise():
     events: list[str] = []
     code = textwrap.dedent(f"""
@@ -45,6 +46,7 @@ def test_a_step_streams_its_lines_beats_while_silent_and_drops_only_the_kernel_n
         colab_check.stream([sys.executable, "-c", "raise SystemExit(3)"], "x", print, every=0.1)
 
 
+@pytest.mark.tooling  # (make colab-check's steps, run for real: make test-tools)
 def test_the_download_and_the_install_show_pips_lines_and_the_elapsed_time(tmp_path, monkeypatch, capsys):
     fake = tmp_path / "python"
     fake.write_text(
@@ -75,6 +77,7 @@ def test_the_download_and_the_install_show_pips_lines_and_the_elapsed_time(tmp_p
         assert len(beats) >= 2, out
 
 
+@pytest.mark.tooling  # (make colab-check's steps, run for real: make test-tools)
 def test_each_notebook_has_its_count_and_no_kernel_noise(tmp_path, capfd):
     paths = []
     for name in ("a", "b"):

@@ -9,6 +9,7 @@ cannot pass silently."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -397,18 +398,27 @@ FACTS = {
 }
 
 
-def spelled(package: Path, test) -> set[str]:
-    return {name for name, node in constants(package) if test(node)}
+@functools.cache
+def course_constants(package: str) -> tuple:
+    """:func:`constants` of one of the repository's own packages (``autograder``, ...), walked once a session
+    for every fact (a made-up package is walked afresh: its tests change it)."""
+    return tuple(constants(ROOT / package))
+
+
+def spelled(package: str | Path, test) -> set[str]:
+    """Where ``test`` finds a node: in one of the repository's packages (its name) or a made-up one (its folder)."""
+    found = course_constants(package) if isinstance(package, str) else constants(package)
+    return {name for name, node in found if test(node)}
 
 
 @pytest.mark.parametrize("fact", list(FACTS))
 def test_each_fact_is_written_in_one_place(fact):
     test, home = FACTS[fact]
-    where = spelled(ROOT / "autograder", test) | spelled(ROOT / "benchmarks", test)
+    where = spelled("autograder", test) | spelled("benchmarks", test)
     if fact == "a default tolerance":  # an argument named rtol/atol whose default is a number
         where = set()
         for package in ("autograder", "benchmarks", "dlcourse"):
-            for name, node in constants(ROOT / package):
+            for name, node in course_constants(package):
                 if isinstance(node, ast.FunctionDef):
                     args = node.args.args + node.args.kwonlyargs
                     defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults

@@ -84,6 +84,7 @@ def run_made_up_session(root: Path, tmp_path: Path, trivial: int, *args: str) ->
     )
 
 
+@pytest.mark.tooling  # (the suite's own timing tool, run for real: make test-tools)
 def test_the_controller_writes_every_tests_seconds_and_outcome(root, tmp_path):
     done = run_made_up_session(root, tmp_path, 60, "-p", "xdist.plugin", "-n", "2", "-m", "not gpu")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]  # test_fails failed, nothing else
@@ -116,6 +117,7 @@ def test_the_controller_writes_every_tests_seconds_and_outcome(root, tmp_path):
 @pytest.mark.parametrize(
     "part", [["test_made_up.py"], ["-k", "trivial or slow"], ["--deselect", "test_made_up.py::test_fails"]]
 )
+@pytest.mark.tooling  # (the suite's own timing tool, run for real: make test-tools)
 def test_a_session_of_part_of_the_suite_says_so_and_leaves_the_whole_suites_table(root, tmp_path, part):
     folder = tmp_path / ".grading" / "suite"
     folder.mkdir(parents=True)
