@@ -135,6 +135,36 @@ def _checks_of(path: str, _stamp: int) -> dict[str, list[str]]:
     return optional_checks(nbformat.read(path, as_version=4))
 
 
+def _hidden_lines(course: Course, aid: str, nb: str | None) -> frozenset[str]:
+    """The hidden tests' lines no page may spell out (:func:`autograder.grading.pipeline.hidden_test_lines`;
+    none where the source is not at hand, as for results copied in)."""
+    from autograder.grading.pipeline import hidden_test_lines
+
+    try:
+        return hidden_test_lines(course, aid, nb)
+    except Exception:  # noqa: BLE001 (no source here: the page shows what the run's own check let through)
+        return frozenset()
+
+
+def _withheld(answers: list[tuple[str, str, str]], hidden: frozenset[str]) -> list[tuple[str, str, str]]:
+    """``answers`` (:func:`_answers`) less each output that spells out a hidden test's line, and less every
+    output where the page's outputs spell one out together. The run's own check read its outputs in the order
+    the cells ran; the page puts an optional answer's output beside its check's, and may read a notebook that
+    nbgrader's own Autograde wrote, which withholds nothing: so the page's text is checked again here."""
+    from autograder.grading.pipeline import WITHHELD, WITHHELD_ALL, squeezed
+
+    if not hidden:
+        return answers
+    kept = [
+        (gid, code, WITHHELD if any(line in squeezed(out) for line in hidden) else out)
+        for gid, code, out in answers
+    ]
+    together = squeezed("".join(out for _, _, out in kept if out != WITHHELD))
+    if any(line in together for line in hidden):
+        kept = [(gid, code, WITHHELD_ALL if out else out) for gid, code, out in kept]
+    return kept
+
+
 def failing_line(traceback: list) -> int | None:
     """The line of the test cell where it stopped: the arrow of the traceback's first frame (the cell's own;
     IPython marks it ``---->``). The traceback is the kernel's, so this only picks which line of the
@@ -260,7 +290,7 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
         f"<h3>{e(str(gid))}{' (optional, not graded)' if gid in checks else ''}</h3><pre>{e(code)}</pre>"
         + (f"<p>{'Output, and the check that runs it' if gid in checks else 'Output'}:</p><pre>{e(out)}</pre>"
            if out else "")
-        for gid, code, out in _answers(run, checks)
+        for gid, code, out in _withheld(_answers(run, checks), _hidden_lines(course, aid, nb))
     )  # fmt: skip
     title = f"{aid}, {nb}.ipynb" if several else aid
     heading, total = score, ""

@@ -219,3 +219,52 @@ def test_an_optional_answer_is_said_to_be_optional_on_the_page(tmp_path, monkeyp
     text = text_of(page)
     assert "triton_kernel (optional, not graded)" in text
     assert "Output, and the check that runs it:largest difference 2.4e-07" in text
+
+
+def test_a_page_never_shows_a_hidden_test_however_the_notebook_it_reads_was_written(monkeypatch):
+    """The page checks its own text against the hidden tests, whichever program wrote the notebook it reads.
+    Two ways past the run's own check (which reads the outputs in the order the cells ran): the optional
+    answer prints half of a hidden line and a ``pre_run_cell`` hook the other half as the check after it runs,
+    with a cell of the student's between them printing something else (the page puts the two halves side by
+    side); and ``autograded/`` written by nbgrader's own Autograde (formgrader's button), which withholds
+    nothing, where an answer printed IPython's history (``In``) with a hidden test in it."""
+    import nbformat
+
+    from autograder.course import Course
+    from autograder.grading.pipeline import WITHHELD, WITHHELD_ALL, hidden_test_lines, squeezed
+    from autograder.outputs import feedback
+
+    course = Course()
+    hidden = hidden_test_lines(course, "A8")
+    source = course.read_source("A8")
+    lines = [line for c in source.cells for line in c.source.splitlines() if squeezed(line) in hidden]
+    first, second = lines[0], lines[-1]
+    assert squeezed(first) != squeezed(second)
+    run = nbformat.from_dict(nbformat.v4.reads(nbformat.v4.writes(source)))
+    half = len(second) // 2
+    printed = {"triton_kernel": second[:half] + "\n", "triton_demo": second[half:] + "\n", "sampling": first}
+    for cell in run.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in printed:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed[gid])]
+    monkeypatch.setattr(feedback, "_run_notebook", lambda *args: run)
+    page = feedback.render(course, "A8", Result(student_id="s1", assignment="A8", status="graded", cells=[]))
+    text = squeezed(text_of(page))
+    assert not [line for line in hidden if line in text]
+    assert squeezed(WITHHELD) in text
+    # halves in two answers the page shows one after the other (in the run, a cell of the student's between
+    # them printed something else): every output on the page is withheld; the code is still shown
+    answers = [c for c in run.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    for cell in run.cells:
+        cell.outputs = []
+    half = len(first) // 2
+    answers[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=first[:half])]
+    answers[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=first[half:])]
+    page = feedback.render(course, "A8", Result(student_id="s1", assignment="A8", status="graded", cells=[]))
+    text = squeezed(text_of(page))
+    assert squeezed(first) not in text and text.count(squeezed(WITHHELD_ALL)) == 2
+    assert squeezed(answers[1].source) in text
+    # an output that spells out nothing is still shown
+    answers[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="sampled 40 tokens\n")]
+    page = feedback.render(course, "A8", Result(student_id="s1", assignment="A8", status="graded", cells=[]))
+    assert "sampled 40 tokens" in text_of(page)
