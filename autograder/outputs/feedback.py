@@ -15,6 +15,7 @@ import ast
 import functools
 import html
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,10 @@ KERNEL_SENTENCE = {
     "kernel-checks": "Tests marked \u2020 are decided in the kernel that ran your notebook: their checks count as "
     "your notebook reported them.",
 }
+SCORE_ALONE = (
+    "The rest of this page (each test, your answers and their output) could not be made: the grader failed to "
+    "make it, not your notebook. Your instructor has been told."
+)
 MESSAGE_CHARS = 300  # of an error's message as the student's kernel gave it
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -332,6 +337,25 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
 </body></html>"""
 
 
+def page_of(course: Course, aid: str, result: Result, late: Late | None = None, nb: str | None = None) -> str:
+    """:func:`render`'s page; where it fails (the grader's fault: nothing a hand-in holds should make it fail),
+    a page with the score alone that says so, and a line on stderr for the instructor: one student's page never
+    costs another's page, nor the service a submission's grade."""
+    try:
+        return render(course, aid, result, late, nb)
+    except Exception as err:  # noqa: BLE001 (the score is known; the details are what failed)
+        where = f"{aid}, {nb}.ipynb" if nb and len(course.notebooks(aid)) > 1 else aid
+        print(f"feedback: {result.student_id}'s page of {where} shows the score alone: the grader failed to "
+              f"make the rest ({type(err).__name__}: {err})", file=sys.stderr)  # fmt: skip
+        e = html.escape
+        return f"""<!DOCTYPE html><html><head><meta charset="utf-8">{PAGE_CSP_META}<title>{e(where)}: feedback for {e(result.student_id)}</title>
+<style>{STYLE}</style></head><body>
+<h1>{e(where)}: {e(_total(result, late))}</h1>
+<p>Student: <b>{e(result.student_id)}</b>. Status: {e(result.status_words)}. {e(result.reason)}</p>
+<p class="note">{e(SCORE_ALONE)}</p>
+</body></html>"""
+
+
 def _notebook_score(cells: list[CellResult], written: list) -> tuple[str, str]:
     """A notebook's own score (its tests', and its written answers' as graded so far) and its parts."""
     tests = (sum(c.points for c in cells), sum(c.max_points for c in cells))
@@ -456,6 +480,6 @@ def write_feedback(
                 suffix = "" if len(names) == 1 else f"-{nb}"
                 target = Path(out_dir) / f"{result.student_id}{suffix}.html"
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(render(course, aid, result, line.late, nb), encoding="utf-8")
+            target.write_text(page_of(course, aid, result, line.late, nb), encoding="utf-8")
             written.append(target)
     return written

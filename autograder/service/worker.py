@@ -31,7 +31,7 @@ from autograder.grading.record import Recorder, save_result
 from autograder.grading.reference import source_digest
 from autograder.intake.handin import frameworks_used
 from autograder.intake.late import late_penalty, write_timestamp
-from autograder.outputs.feedback import render
+from autograder.outputs.feedback import page_of
 from autograder.result import Result
 from autograder.runner.launchers import prestart
 from autograder.service.config import ServiceConfig
@@ -327,7 +327,7 @@ class Worker(Counting, threading.Thread):
             )
         else:
             late = late_penalty(self.course, submission.aid, result)  # (from the timestamp placed with it)
-            page = render(self.course, submission.aid, result, late)  # (its run, before another is placed)
+            page = page_of(self.course, submission.aid, result, late)  # (its run, before another is placed)
             earlier = self.best_earlier(submission, late)
             # the gradebook first, the store's row last: a service killed in between grades it again
             if earlier is None:
