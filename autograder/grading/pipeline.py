@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 import traceback
-import unicodedata
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -46,7 +45,7 @@ from autograder.grading.measure import (
 )
 from autograder.grading.reference import Reference, source_inputs
 from autograder.grading.tamper import given_code, scan
-from autograder.grading.verify import Verdict, verify, written_results
+from autograder.grading.verify import Verdict, squeezed, verify, written_results
 from autograder.intake.handin import assignment_files, frameworks_used, submission_digest
 from autograder.intake.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, rebuild
 from autograder.result import STATUS, CellResult, Result
@@ -264,7 +263,9 @@ def verify_stage(b: Batch, g: Grading) -> bool:
     if g.outcome.kernel_outputs is None:
         found = kernel_outputs(g.reference, g.repaired.notebook, g.outcome)
         g.outcome = replace(g.outcome, kernel_outputs=found)
-    g.verdict = verify(g.reference, g.outcome.capture, g.outcome.summary, g.outcome.kernel_outputs)
+    g.verdict = verify(
+        g.reference, g.outcome.capture, g.outcome.summary, g.outcome.kernel_outputs, b.hidden[g.nb]
+    )
     g.result.cells = g.verdict.cells
     g.result.score = g.verdict.score
     g.result.written = written_results(g.reference, g.repaired)  # graded by hand: apart from the score
@@ -625,12 +626,6 @@ def delimiters(course: Course) -> dict[str, tuple[str, str]]:
             config.ClearHiddenTests.get("end_test_delimeter", "END HIDDEN TESTS"),
         ),
     }
-
-
-def squeezed(text: str) -> str:
-    """``text`` as the withholding compares it: compatibility-normalised, lower case, letters and digits only
-    (so spaces, punctuation, zero-width and other invisible characters hide nothing)."""
-    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isascii() and ch.isalnum())
 
 
 @functools.lru_cache(maxsize=16)

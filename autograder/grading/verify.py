@@ -17,6 +17,7 @@ manual grading (or 0 without waiting, where the answer is still the release's st
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,14 +51,33 @@ def kernel_verdicts(summary: dict) -> dict[str, dict]:
     return {entry["grade_id"]: entry for entry in summary.get("cells", []) if entry.get("grade_id")}
 
 
-def _why_missing(entry: dict | None) -> str:
+def squeezed(text: str) -> str:
+    """``text`` as the withholding compares it: compatibility-normalised, lower case, letters and digits only
+    (so spaces, punctuation, zero-width and other invisible characters hide nothing)."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isascii() and ch.isalnum())
+
+
+def kernel_error(ename, evalue, hidden: frozenset[str] = frozenset()) -> str:
+    """An error the student's code raised, as a message may quote it: its name and the start of its message,
+    or, where those spell out a line of a hidden test (``hidden``, squeezed: the code that called the student's
+    function can read the running cell's source from IPython's ``In``), neither."""
+    name = str(ename)[:100]
+    text = f"{name}: {str(evalue)[:300]}" if evalue else name
+    if not any(line in squeezed(text) for line in hidden):
+        return text
+    if not evalue or any(line in squeezed(name) for line in hidden):
+        return "an error whose name is withheld: it spells out a hidden test"
+    return f"{name} (its message is withheld: it spells out a hidden test)"
+
+
+def _why_missing(entry: dict | None, hidden: frozenset[str] = frozenset()) -> str:
     """Why a case has no result, from the kernel's (untrusted) account: the error's name and message
-    as the student's code raised it, never the test's code."""
+    as the student's code raised it (:func:`kernel_error`), never the test's code."""
     if entry is None:
         return "not checked: the test cell did not run"
     caps = f" (this test runs again in a fresh kernel, within {entry['caps']})" if entry.get("caps") else ""
     if entry.get("ename"):
-        error = entry["ename"] + (f": {entry['evalue'][:300]}" if entry.get("evalue") else "")
+        error = kernel_error(entry["ename"], entry.get("evalue"), hidden)
         if entry["ename"] == "NotImplementedError":
             error += " (this part is not answered yet)"
         return f"not checked: the test cell stopped with {error}{caps}"
@@ -123,15 +143,20 @@ def misplaced(reference: Reference, cases: dict[str, Case]) -> dict[str, str]:
 
 
 def case_problem(
-    reference: Reference, values: dict, name: str, entry: dict | None, forged: dict[str, str] | None = None
+    reference: Reference,
+    values: dict,
+    name: str,
+    entry: dict | None,
+    forged: dict[str, str] | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> str:
     """Why the case ``name`` fails ("" when it passes), in plain words. A hidden case's message never shows
     the reference's value: only that (and roughly how) it differs. ``forged``: the cases whose recording
-    earns nothing (:func:`misplaced`), with why."""
+    earns nothing (:func:`misplaced`), with why; ``hidden``: the hidden tests' lines no message may spell."""
     if forged and name in forged:
         return forged[name]
     if name not in values:
-        return f"{name}: {_why_missing(entry)}"
+        return f"{name}: {_why_missing(entry, hidden)}"
     case = held_out(reference.cases[name], reference)
     problem = safe_compare(case, reference.values[name], values[name]) or ""
     if problem and not case.public and case.kind in ("close", "equal"):
@@ -157,7 +182,9 @@ def hidden_message(case: Case, expected, got) -> str:
     return f"{case.name}: differs from the reference solution's result on hidden inputs (values not shown)"
 
 
-def kernel_cell(grade_id: str, points: float, outputs: list | None) -> CellResult:
+def kernel_cell(
+    grade_id: str, points: float, outputs: list | None, hidden: frozenset[str] = frozenset()
+) -> CellResult:
     """A graded test cell without checks, decided as nbgrader's ``determine_grade`` decides it, from the
     outputs the cell left in the student's kernel: an error or anything written to stderr earns 0, a number
     as the cell's value earns that many points (at most the cell's), anything else full points. A cell that
@@ -181,7 +208,7 @@ def kernel_cell(grade_id: str, points: float, outputs: list | None) -> CellResul
     if earned >= points:
         return CellResult(grade_id, points, points, True, "", "passed", decided="kernel")
     if error is not None:
-        why = f"{str(error.get('ename'))[:100]}: {str(error.get('evalue'))[:300]}".rstrip(": ")
+        why = kernel_error(error.get("ename"), error.get("evalue"), hidden)
         message = f"{grade_id}: the test cell raised {why}"
     elif any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in cell.outputs):
         message = f"{grade_id}: the test cell wrote to stderr (nbgrader gives such a cell 0)"
@@ -211,7 +238,29 @@ def run_disagreements(forged: dict[str, str], summary: dict) -> list[str]:
     return found
 
 
-def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: dict | None = None) -> Verdict:
+def _group_results(grade_id: str, cell: dict, problem) -> list[GroupResult]:
+    """Each group of the cell's cases with what it earned: its points where none of its cases has a problem
+    (``problem(name)``: "" when the case passes, else why not, the first of which is its message), else none. A
+    reference from before points per case has the whole cell as one group."""
+    groups = cell.get("groups") or [{"name": grade_id, "cases": cell["cases"], "points": cell["points"]}]
+    results = []
+    for group in groups:
+        message = next((m for m in map(problem, group["cases"]) if m), "")
+        earned = 0.0 if message else group["points"]
+        name = group["name"] + (" (measured in the kernel)" if group.get("in_kernel") else "")
+        results.append(GroupResult(name, earned, group["points"], not message, message))
+    return results
+
+
+def verify(
+    reference: Reference,
+    capture: Path,
+    summary: dict,
+    kernel_outputs: dict | None = None,
+    hidden: frozenset[str] = frozenset(),
+) -> Verdict:
+    """The trusted verdict of one run (its captured data, the kernel's summary and, for the cells decided in the
+    kernel, their outputs); ``hidden``: the hidden tests' lines that no message quoting the kernel may spell."""
     cases, values, problems = load_cases(capture)
     kernel = kernel_verdicts(summary)
     verdict = Verdict(problems=[p for p in problems if p != "no results were recorded"])
@@ -219,20 +268,13 @@ def verify(reference: Reference, capture: Path, summary: dict, kernel_outputs: d
     verdict.disagreements += run_disagreements(forged, summary)
     for grade_id, cell in reference.cells.items():
         if cell.get("decided") == "kernel":
-            verdict.cells.append(kernel_cell(grade_id, cell["points"], (kernel_outputs or {}).get(grade_id)))
+            outputs = (kernel_outputs or {}).get(grade_id)
+            verdict.cells.append(kernel_cell(grade_id, cell["points"], outputs, hidden))
             continue
         entry = kernel.get(grade_id)
-        # a reference from before points per case: the whole cell is one group
-        groups = cell.get("groups") or [{"name": grade_id, "cases": cell["cases"], "points": cell["points"]}]
-        results = []
-        for group in groups:
-            message = next(
-                (m for m in (case_problem(reference, values, n, entry, forged) for n in group["cases"]) if m),
-                "",
-            )
-            earned = 0.0 if message else group["points"]
-            name = group["name"] + (" (measured in the kernel)" if group.get("in_kernel") else "")
-            results.append(GroupResult(name, earned, group["points"], not message, message))
+        results = _group_results(
+            grade_id, cell, lambda n, entry=entry: case_problem(reference, values, n, entry, forged, hidden)
+        )
         failed = [g for g in results if not g.passed]
         message = failed[0].message if failed else ""
         if entry is None:

@@ -124,6 +124,16 @@ NEAR_MISS = '''def square(x):
     return x**2 + (x.size > 2) * 1e-3
 '''
 
+# The hidden test calls square(): square reads the running cell's source (IPython's ``In``) and raises with a
+# hidden line as its message, which the grader puts in the case's "not checked: the test cell stopped with ..."
+RAISE_HIDDEN = '''def square(x):
+    """Square every entry of the array x, shape (N,) -> (N,)."""
+    if x.size > 2:
+        source = get_ipython().user_ns["In"][-1]
+        raise RuntimeError(source.split("### BEGIN HIDDEN TESTS")[-1][:250])
+    return x**2
+'''
+
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
@@ -140,6 +150,7 @@ def batch(tmp_path_factory):
         "zero_width": with_cells(answered(perfect, scale=PRINT_DISGUISED), SAVE_CELLS),
         "in_pieces": with_cells(answered(perfect, scale=PRINT_IN_PIECES), SAVE_CELLS),
         "near_miss": answered(perfect, square=NEAR_MISS),
+        "raise_hidden": answered(perfect, square=RAISE_HIDDEN),
         "zz_perfect": perfect,
     }
     for sid, nb in attacks.items():
@@ -443,3 +454,38 @@ def test_a_run_leaves_no_shared_memory_behind(tmp_path, mode):
         ctypes.CDLL(None).shmctl(segment, 0, None)  # IPC_RMID
     assert result.score == 100
     assert not left, f"{len(left)} segment(s) of 1 MB left by the run"
+
+
+@pytest.mark.slow
+def test_an_error_message_that_spells_out_a_hidden_test_is_withheld_wherever_a_student_reads_it(batch):
+    """The message of a case the test cell never reached quotes the error the student's code raised: a function
+    the hidden test calls reads that cell's source from IPython's ``In`` and raises with it. The page, the
+    result's reason and each cell's message say the message is withheld; the points are as before (0 for the
+    cell that stopped)."""
+    course, results, feedback_errors = batch
+    assert "raise_hidden" not in feedback_errors
+    result = results["raise_hidden"]
+    hidden = hidden_lines(course)
+    shown = as_read(page(course, "raise_hidden") + result.reason + "".join(c.message for c in result.cells))
+    assert not [line for line in hidden if line in shown]
+    cell = next(c for c in result.cells if c.grade_id == "test_square")
+    assert not cell.passed and "withheld" in cell.message and "RuntimeError" in cell.message
+    assert result.score == 60  # (the cell that stopped earns nothing; scale is right)
+
+
+def test_a_kernel_error_quoted_in_a_message_never_spells_out_a_hidden_test():
+    """The same rule for a cell of plain asserts (decided in the kernel, as nbgrader decides it) and for an
+    exception class named after a hidden line; an error that spells out nothing is quoted as it was."""
+    from autograder.grading.verify import kernel_cell, kernel_error, squeezed
+
+    line = 'check("t1.square.random", square(rng.normal(size=13)))'
+    hidden = frozenset({squeezed(line)})
+    assert kernel_error("ValueError", "n must be positive", hidden) == "ValueError: n must be positive"
+    said = kernel_error("RuntimeError", f"here: {line}", hidden)
+    assert said.startswith("RuntimeError (its message is withheld") and squeezed(line) not in squeezed(said)
+    said = kernel_error(squeezed(line), "", hidden)
+    assert said.startswith("an error whose name is withheld") and squeezed(line) not in squeezed(said)
+    error = {"output_type": "error", "ename": "AssertionError", "evalue": line, "traceback": []}
+    cell = kernel_cell("test_square", 2.0, [error], hidden)
+    assert cell.points == 0.0 and squeezed(line) not in squeezed(cell.message)
+    assert "AssertionError (its message is withheld" in cell.message
