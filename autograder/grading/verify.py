@@ -58,9 +58,10 @@ def squeezed(text: str) -> str:
 
 
 def kernel_error(ename, evalue, hidden: frozenset[str] = frozenset()) -> str:
-    """An error the student's code raised, as a message may quote it: its name and the start of its message,
-    or, where those spell out a line of a hidden test (``hidden``, squeezed: the code that called the student's
-    function can read the running cell's source from IPython's ``In``), neither."""
+    """An error the student's code raised, as a message may quote it: its name and the start of its message;
+    where those spell out a line of a hidden test (``hidden``, squeezed: the code that called the student's
+    function can read the running cell's source from IPython's ``In``), its name alone, or not even that where
+    the name spells one out."""
     name = str(ename)[:100]
     text = f"{name}: {str(evalue)[:300]}" if evalue else name
     if not any(line in squeezed(text) for line in hidden):
