@@ -45,7 +45,7 @@ from autograder.grading.measure import (
 )
 from autograder.grading.reference import Reference, source_inputs
 from autograder.grading.tamper import given_code, scan
-from autograder.grading.verify import Verdict, squeezed, verify, written_results
+from autograder.grading.verify import Verdict, squeezed, verify, withheld_texts, written_results
 from autograder.intake.handin import assignment_files, frameworks_used, submission_digest
 from autograder.intake.repair import MAX_NOTEBOOK_BYTES, Repaired, Template, rebuild
 from autograder.result import STATUS, CellResult, Result
@@ -661,10 +661,6 @@ def _texts(value) -> list[str]:
     return []
 
 
-def _spells_hidden(text: str, hidden: frozenset[str]) -> bool:
-    return any(line in text for line in hidden)
-
-
 def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: frozenset[str]):
     """The notebook as the grader ran it: the cells the grader sent (never text from the run), each code
     cell with the outputs it had when it finished, less any output that shows hidden test text, and
@@ -674,29 +670,28 @@ def executed_notebook(notebook: nbformat.NotebookNode, outputs: dict, hidden: fr
     nb = nbformat.NotebookNode(
         {**notebook, "cells": [nbformat.NotebookNode(cell) for cell in notebook.cells]}
     )
-    spelled = []  # every output's text, in order: pieces spread over outputs and cells are read together
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        kept = []
-        for output in outputs.get(index, []):
-            output = nbformat.from_dict(output)
-            shown = [output.get(k) for k in ("text", "data", "ename", "evalue", "traceback")]
-            text = squeezed("".join(_texts(shown)))  # what a page shows of it (not its type or stream's name)
-            if _spells_hidden(text, hidden):
-                output = nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)
-            else:
-                spelled.append(text)
-            kept.append(output)
-        cell.outputs = kept
+    code = [(index, cell) for index, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    for index, cell in code:
+        cell.outputs = [nbformat.from_dict(output) for output in outputs.get(index, [])]
         cell.execution_count = None
-    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    # every output's text as a page shows it (not its type or stream's name), in order: pieces spread over
+    # outputs and cells are read together
+    shown = [
+        (cell, at, "".join(_texts([out.get(k) for k in ("text", "data", "ename", "evalue", "traceback")])))
+        for _, cell in code
+        for at, out in enumerate(cell.outputs)
+    ]
+    alone, together = withheld_texts([text for _, _, text in shown], hidden)
+    for (cell, at, _), withheld in zip(shown, alone):
+        if withheld:
+            cell.outputs[at] = nbformat.v4.new_output("stream", name="stdout", text=WITHHELD)
+    code = [cell for _, cell in code]
     if not _valid_cells(code):  # all at once; only where that fails, each cell on its own
         for cell in code:
             if not _valid_cells([cell]):
                 note = "[outputs not shown: they are not valid notebook outputs]\n"
                 cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=note)]
-    if _spells_hidden("".join(spelled), hidden):  # in pieces: no output of this run is shown
+    if together:  # in pieces: no output of this run is shown
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs = (

@@ -57,6 +57,20 @@ def squeezed(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if ch.isascii() and ch.isalnum())
 
 
+def spells_out(text: str, hidden: frozenset[str]) -> bool:
+    """Whether ``text``, as :func:`squeezed` reads it, spells out one of ``hidden`` (the hidden tests' lines,
+    squeezed: :func:`autograder.grading.pipeline.hidden_test_lines`)."""
+    shown = squeezed(text)
+    return any(line in shown for line in hidden)
+
+
+def withheld_texts(texts: list[str], hidden: frozenset[str]) -> tuple[list[bool], bool]:
+    """For texts a student reads in this order (a run's outputs, a page's): which spell out a line of a hidden
+    test alone, and whether the others spell one out together (in pieces spread over them)."""
+    alone = [spells_out(text, hidden) for text in texts]
+    return alone, spells_out("".join(t for t, out in zip(texts, alone) if not out), hidden)
+
+
 def kernel_error(ename, evalue, hidden: frozenset[str] = frozenset()) -> str:
     """An error the student's code raised, as a message may quote it: its name and the start of its message;
     where those spell out a line of a hidden test (``hidden``, squeezed: the code that called the student's
@@ -64,9 +78,9 @@ def kernel_error(ename, evalue, hidden: frozenset[str] = frozenset()) -> str:
     the name spells one out."""
     name = str(ename)[:100]
     text = f"{name}: {str(evalue)[:300]}" if evalue else name
-    if not any(line in squeezed(text) for line in hidden):
+    if not spells_out(text, hidden):
         return text
-    if not evalue or any(line in squeezed(name) for line in hidden):
+    if not evalue or spells_out(name, hidden):
         return "an error whose name is withheld: it spells out a hidden test"
     return f"{name} (its message is withheld: it spells out a hidden test)"
 

@@ -156,18 +156,13 @@ def _withheld(answers: list[tuple[str, str, str]], hidden: frozenset[str]) -> li
     output where the page's outputs spell one out together. The run's own check read its outputs in the order
     the cells ran; the page puts an optional answer's output beside its check's, and may read a notebook that
     nbgrader's own Autograde wrote, which withholds nothing: so the page's text is checked again here."""
-    from autograder.grading.pipeline import WITHHELD, WITHHELD_ALL, squeezed
+    from autograder.grading.pipeline import WITHHELD, WITHHELD_ALL
+    from autograder.grading.verify import withheld_texts
 
-    if not hidden:
-        return answers
-    kept = [
-        (gid, code, WITHHELD if any(line in squeezed(out) for line in hidden) else out)
-        for gid, code, out in answers
-    ]
-    together = squeezed("".join(out for _, _, out in kept if out != WITHHELD))
-    if any(line in together for line in hidden):
-        kept = [(gid, code, WITHHELD_ALL if out else out) for gid, code, out in kept]
-    return kept
+    alone, together = withheld_texts([out for _, _, out in answers], hidden)
+    if together:
+        return [(gid, code, WITHHELD_ALL if out else out) for gid, code, out in answers]
+    return [(gid, code, WITHHELD if withheld else out) for (gid, code, out), withheld in zip(answers, alone)]
 
 
 def failing_line(traceback: list) -> int | None:
@@ -188,13 +183,15 @@ def where_failed(
     among the ``outputs`` its run left; None without an error. ``hidden``: nbgrader's delimiters of the
     hidden tests; ``withheld``: the squeezed lines of the hidden tests that no output may spell out
     (:func:`autograder.grading.pipeline.hidden_test_lines`)."""
-    from autograder.grading.pipeline import squeezed
+    from autograder.grading.verify import spells_out
 
     error = next((o for o in outputs if isinstance(o, dict) and o.get("output_type") == "error"), None)
     if error is None:
         return None
     ename, evalue = str(error.get("ename") or "an error"), str(error.get("evalue") or "")
-    if any(line in squeezed(evalue) for line in withheld):
+    if spells_out(ename, withheld):  # (an exception class named after a hidden line)
+        ename = "an error whose name is withheld: it spells out a hidden test"
+    if spells_out(f"{ename}: {evalue}", withheld):
         evalue = "(its message is withheld: it spells out a hidden test)"
     text = (
         f"{shorten(ename, 100)}: {shorten(evalue, MESSAGE_CHARS)}"
@@ -240,17 +237,17 @@ def _statement(source: str, number: int) -> str:
 
 
 def _failures(
-    course: Course, aid: str, nb: str | None, cells: list[CellResult], run
+    course: Course, aid: str, nb: str | None, cells: list[CellResult], run, withheld: frozenset[str]
 ) -> dict[str, WhereFailed]:
-    """grade_id -> where each failed test of plain asserts (decided in the kernel) stopped."""
+    """grade_id -> where each failed test of plain asserts (decided in the kernel) stopped; ``withheld``: the
+    hidden tests' lines that no message may spell out (:func:`_hidden_lines`)."""
     failed = {c.grade_id for c in cells if c.decided == "kernel" and not c.passed}
     if not failed or run is None:
         return {}
-    from autograder.grading.pipeline import delimiters, hidden_test_lines
+    from autograder.grading.pipeline import delimiters
 
     try:
         source = course.read_source(aid, nb)
-        withheld = hidden_test_lines(course, aid, nb)
     except Exception:  # noqa: BLE001 (no source here, e.g. results copied in: messages only)
         return {}
     tests = {nbgrader_meta(c).get("grade_id"): c.source for c in source.cells if is_graded_test(c)}
@@ -287,7 +284,8 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
     several = len(course.notebooks(aid)) > 1 and nb is not None
     cells = [c for c in result.cells if not several or not c.notebook or c.notebook == nb]
     run = _run_notebook(course, aid, sid, nb)
-    rows = _test_rows(cells, _failures(course, aid, nb, cells, run))
+    hidden = _hidden_lines(course, aid, nb)
+    rows = _test_rows(cells, _failures(course, aid, nb, cells, run, hidden))
     notes = "".join(f"<li>{e(n)}</li>" for n in result.notes if not several or _about(n, nb, course, aid))
     score, written = _score_and_written(result, late, nb if several else None)
     checks = _optional_checks(course, aid, nb)
@@ -295,7 +293,7 @@ def render(course: Course, aid: str, result: Result, late: Late | None = None, n
         f"<h3>{e(str(gid))}{' (optional, not graded)' if gid in checks else ''}</h3><pre>{e(code)}</pre>"
         + (f"<p>{'Output, and the check that runs it' if gid in checks else 'Output'}:</p><pre>{e(out)}</pre>"
            if out else "")
-        for gid, code, out in _withheld(_answers(run, checks), _hidden_lines(course, aid, nb))
+        for gid, code, out in _withheld(_answers(run, checks), hidden)
     )  # fmt: skip
     title = f"{aid}, {nb}.ipynb" if several else aid
     heading, total = score, ""

@@ -64,6 +64,10 @@ def test_a_message_that_spells_out_a_hidden_test_is_withheld():
     leaked = "assert squares(4)[-1] == 16"
     where = where_failed(TEST, [error(7, leaked)], HIDDEN, frozenset({squeezed(leaked)}))
     assert "squares(4)" not in where.error and "withheld" in where.error
+    # an exception class named after a hidden line: its name is withheld too
+    named = {**error(7, "x"), "ename": squeezed(leaked)}
+    where = where_failed(TEST, [named], HIDDEN, frozenset({squeezed(leaked)}))
+    assert squeezed(leaked) not in squeezed(where.error) and "name is withheld" in where.error
 
 
 def test_no_traceback_line_no_code_and_no_error_no_failure():
