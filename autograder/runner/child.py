@@ -423,7 +423,7 @@ def main() -> None:
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
-                tmpfs=Tmpfs(request.private, request.uid, request.temp_size),
+                tmpfs=Tmpfs(request.private, request.uid, request.temp_size), links=request.links,
             )  # fmt: skip
             own_process_namespace()
         except OSError as err:
@@ -435,7 +435,7 @@ def main() -> None:
             PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0
         )  # a process that leaves the kernel's tree comes here
     if request.probe:
-        sys.exit(probe(list(request.hide), list(request.reveal)))
+        sys.exit(probe(list(request.hide), request.shown))
     prepare_run(request)
 
     import subprocess

@@ -761,7 +761,7 @@ def child_main(request: ChildRequest, stdin_fd: int, stdout_fd: int) -> None:
         try:
             enter_namespaces(
                 request.hide, request.reveal, request.writable, extra=CLONE_NEWIPC | CLONE_NEWUTS,
-                tmpfs=Tmpfs(request.private, request.uid, request.temp_size),
+                tmpfs=Tmpfs(request.private, request.uid, request.temp_size), links=request.links,
             )  # fmt: skip
         except OSError as err:
             print(f"isolation failed: could not make the sandbox's namespaces: {err}", flush=True)
@@ -828,7 +828,7 @@ def _init(request: ChildRequest) -> None:
         if request.probe:
             from autograder.runner.child import probe
 
-            os._exit(probe(list(request.hide), list(request.reveal)))
+            os._exit(probe(list(request.hide), request.shown))
         _kernel(request)
         os._exit(0)
     while True:  # reap every orphan; end (and so end the namespace) with the kernel

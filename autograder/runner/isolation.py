@@ -260,12 +260,13 @@ def _single_threaded() -> None:
         )
 
 
-def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = Tmpfs()) -> None:
+def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = Tmpfs(), links=()) -> None:
     """Give this process (and all it starts) its own network and mount namespace.
 
     Every folder in ``hide`` is covered by a small empty tmpfs (a file by ``/dev/null``); every path in
     ``reveal`` that lies under a hidden folder is shown again at its own place, read-only (those in
-    ``writable``: as they are). As root the
+    ``writable``: as they are); each ``(where, target)`` in ``links`` that lies in a hidden folder is made there
+    again, a link alone of its folder (:meth:`autograder.runner.visibility.Visibility.links`). As root the
     namespaces are made directly; otherwise inside a new user namespace that maps the user to itself.
     ``extra``: more namespace flags (the forked runner's PID, IPC and UTS namespaces). ``tmpfs``: the
     submission's own folders and the size of the temporary ones (:class:`Tmpfs`), gone with the namespace.
@@ -308,6 +309,7 @@ def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = T
                 kept = os.statvfs(path).f_flag & ST_KEPT  # flags a user namespace may not drop
                 _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
             os.close(handle)
+        _make_links(links, hidden)
     finally:
         os.umask(old_umask)
     who = os.getuid() if tmpfs.owner is None else tmpfs.owner
@@ -315,6 +317,16 @@ def enter_namespaces(hide, reveal, writable=(), extra: int = 0, tmpfs: Tmpfs = T
         Path(path).mkdir(parents=True, exist_ok=True)
         options = f"mode=0700,uid={who},gid={who},size={int(size)},nr_inodes=100k"
         _mount("tmpfs", str(path), "tmpfs", MS_NOSUID | MS_NODEV, options)
+
+
+def _make_links(links, hidden: list[Path]) -> None:
+    """Each ``(where, target)`` link of ``links`` made again, where it lies in a hidden folder's empty cover, and
+    never over what is there."""
+    for where, target in links:
+        link = Path(where)
+        if _inside(link, hidden) and not os.path.lexists(link):
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(target)
 
 
 def _probe() -> int:

@@ -57,10 +57,17 @@ class ChildRequest:
     hide: tuple[str, ...] = ()
     reveal: tuple[str, ...] = ()
     writable: tuple[str, ...] = ()
+    # links made again in the hidden folders, (where, target): on the way to the interpreter (Visibility.links)
+    links: tuple[tuple[str, str], ...] = ()
     # folders given a size-limited tmpfs of their own inside the namespaces: {path: bytes}
     private: dict = field(default_factory=dict)
     temp_size: int = 256 * 2**20  # bytes each of its own /tmp, /var/tmp and /dev/shm may hold
     probe: bool = False
+
+    @property
+    def shown(self) -> list[str]:
+        """What of the hidden folders the kernel sees: the revealed paths and the links made again."""
+        return [*self.reveal, *(where for where, _ in self.links)]
 
     @property
     def work(self) -> Path:
@@ -74,6 +81,7 @@ class ChildRequest:
         data = json.loads(text)
         for name in ("warm", "hide", "reveal", "writable"):
             data[name] = tuple(data.get(name) or ())
+        data["links"] = tuple(tuple(pair) for pair in data.get("links") or ())
         return cls(**data)
 
 

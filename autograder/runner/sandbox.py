@@ -161,7 +161,7 @@ class Sandbox:
             scratch=str(self.scratch), env=_kernel_env(self.scratch, self.limits), memory=self.limits.memory_mb,
             cell_timeout=self.limits.cell_timeout, threads=self.limits.threads, warm=tuple(self.warm),
             uid=self.uid, nproc=self.limits.nproc if self.uid is not None else None, namespaces=namespaces,
-            hide=tuple(view.hidden()), reveal=tuple(view.revealed()), writable=(str(self.scratch),),
+            hide=tuple(view.hidden()), reveal=tuple(view.revealed()), writable=(str(self.scratch),), links=tuple(view.links()),
             private={str(self.scratch / f): self.folder_bytes() for f in PRIVATE} if sandboxed else {},
             temp_size=self.folder_bytes(),
             probe=probe,

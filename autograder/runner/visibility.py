@@ -9,6 +9,7 @@ other submissions.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,42 @@ class Visibility:
                     needed.add(path)
         return sorted(str(p) for p in needed)
 
+    def links(self, executable: str | None = None) -> list[tuple[str, str]]:
+        """The links on the way to this grader's Python (``executable``: ``sys.executable``) that lie in a hidden
+        folder, as ``(where, what it points to)``. A virtual environment made from a ``python3`` that is a link in
+        ``~/bin``, in /tmp or in Linuxbrew's /home names that link; the kernel's view holds each such link again,
+        as it is and alone of its folder (:func:`autograder.runner.isolation.enter_namespaces`,
+        :func:`bubblewrap_args`), so the kernel can start its own interpreter."""
+        hidden = [Path(p) for p in self.hidden()]
+        shown = [Path(p) for p in self.revealed()]
+        return [
+            (str(link), target)
+            for link, target in links_on_the_way(Path(executable or sys.executable), mounted=shown)
+            if any(link.is_relative_to(h) for h in hidden) and not any(link.is_relative_to(s) for s in shown)
+        ]
+
+
+def links_on_the_way(path: Path, mounted: list[Path] = ()) -> list[tuple[Path, str]]:
+    """Each symbolic link that resolving the absolute ``path`` passes, as ``(where it lies, what it points to)``,
+    resolved as the kernel resolves it: one name at a time from /, a relative target from the folder its link lies
+    in. A path in ``mounted`` is a folder of its own in the kernel's view (what it shows is bound there), not a
+    link to follow."""
+    todo, current, found = list(path.parts[1:]), Path("/"), []
+    while todo:
+        name = todo.pop(0)
+        if name == "..":
+            current = current.parent
+            continue
+        candidate = current / name
+        if candidate.is_symlink() and candidate not in mounted and len(found) < 40:  # (40: a loop ends)
+            target = os.readlink(candidate)
+            found.append((candidate, target))
+            current = Path("/") if os.path.isabs(target) else current
+            todo = [*Path(target).parts[1 if os.path.isabs(target) else 0 :], *todo]
+        else:
+            current = candidate
+    return found
+
 
 def bubblewrap_args(visibility: Visibility, bwrap: str, private: dict[str, int], temp_size: int) -> list[str]:
     """bubblewrap's arguments for the same view, up to ``--``: only what a kernel needs is there, read-only
@@ -94,16 +131,24 @@ def bubblewrap_args(visibility: Visibility, bwrap: str, private: dict[str, int],
     for path in map(Path, visibility.revealed()):
         if path == scratch or not path.exists() or any(path.is_relative_to(d) for d in SYSTEM_DIRS):
             continue
-        # bwrap makes missing parents 0700; the child's unprivileged user must be able to pass them.
-        for parent in reversed(path.parents):
-            if parent not in made:
-                args += ["--perms", "0755", "--dir", str(parent)]
-                made.add(parent)
-        args += ["--ro-bind", str(path), str(path)]
+        args += [*_folders_to(path, made), "--ro-bind", str(path), str(path)]
+    for where, target in visibility.links():
+        args += [*_folders_to(Path(where), made), "--symlink", target, where]
     args += ["--bind", str(scratch), str(scratch)]
     for folder, size in private.items():  # (the submission's own; in its namespace only, gone with it)
         args += ["--perms", "0777", "--size", str(size), "--tmpfs", folder]
     return [*args, "--chdir", str(scratch / "work"), "--"]
+
+
+def _folders_to(path: Path, made: set[Path]) -> list[str]:
+    """bubblewrap's arguments that make the folders above ``path`` not yet in ``made`` (then in it): bwrap makes
+    missing parents 0700, and the child's unprivileged user must be able to pass them."""
+    args = []
+    for parent in reversed(path.parents):
+        if parent not in made:
+            args += ["--perms", "0755", "--dir", str(parent)]
+            made.add(parent)
+    return args
 
 
 def gpu_device_nodes() -> list[str]:
