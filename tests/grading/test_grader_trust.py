@@ -369,10 +369,14 @@ def test_namespaces_as_a_normal_user_hide_the_course_and_cut_the_network():
                     # grader started as a normal user is (PR_SET_DUMPABLE)
                     __import__("ctypes").CDLL(None).prctl(4, 1)
                 # as the sandbox covers them: a folder at /, and the temporary folders (one inside it)
+                # a link on the way to the grader's Python made again (Visibility.links), never over what is there
+                made = [(str(course / "bin" / "python3"), str(course / "code" / "module.py"))]
+                made.append((str(course / "code" / "module.py"), "/etc/hostname"))
                 isolation.enter_namespaces(
-                    [str(course), "/var", *isolation.SHARED_TEMP[1:]], [str(course / "code")]
+                    [str(course), "/var", *isolation.SHARED_TEMP[1:]], [str(course / "code")], links=made
                 )
                 report["listing"] = sorted(os.listdir(course))
+                report["link"] = [os.listdir(course / "bin"), (course / "bin" / "python3").read_text()]
                 report["var"] = os.listdir("/var")
                 report["temp"] = [os.listdir(p) for p in isolation.SHARED_TEMP[1:]]
                 Path("/var/tmp/mine").write_text("a file of its own")
@@ -395,7 +399,8 @@ def test_namespaces_as_a_normal_user_hide_the_course_and_cut_the_network():
         if "refused" in report:
             pytest.skip(f"this kernel gives normal users no namespaces: {report['refused']}")
         assert report == {
-            "listing": ["code"],
+            "listing": ["bin", "code"],
+            "link": [["python3"], "x = 1\n"],
             "var": ["tmp"],
             "temp": [[], []],
             "code": "x = 1\n",
