@@ -35,7 +35,10 @@ def sign_in(browser, url: str, token: str):
     page = context.new_page()
     page.goto(url + "/")
     page.fill("input[name=token]", token)
-    page.click("button:has-text('Sign in')")
+    # the click posts the form: the page is read once the one it leads to has loaded (read at once, a loaded
+    # machine showed it empty, mid-navigation)
+    with page.expect_navigation(timeout=30_000):
+        page.click("button:has-text('Sign in')")
     return context, page
 
 
