@@ -173,6 +173,7 @@ def resolve(mode: str = "auto", runner: str = "auto") -> Isolation:
             "--isolation auto or basic forks children that make the same namespaces themselves"
         )
     if (mode, runner) not in _CACHE:
+        _same_code_in_the_kernels()
         separate_uid = os.geteuid() == 0
         fork = "spawn" if runner == "spawn" else "fork"
         namespaces = mode != "bubblewrap" and namespaces_available()
@@ -189,6 +190,34 @@ def resolve(mode: str = "auto", runner: str = "auto") -> Isolation:
             found = Isolation("basic", namespaces=namespaces, separate_uid=separate_uid, runner=fork)
         _CACHE[(mode, runner)] = found
     return _CACHE[(mode, runner)]
+
+
+_KERNELS_CODE: list[dict] = []  # what a fresh interpreter of this environment imports: asked once a process
+
+
+def _same_code_in_the_kernels() -> None:
+    """Refuse where the kernels would import other code than this grader's. A kernel starts this Python afresh,
+    with nothing of the grader's environment, so it imports ``autograder`` and ``dlcourse`` as the environment
+    installs them; the grader imports them from the current folder first when started there with ``python -m``
+    (a second copy of the course, say). The kernels would then record with one copy while the grader decides
+    with another, and see none of their own (the sandbox shows the grader's): a run that fails its reference
+    for no reason of the instructor's."""
+    if not _KERNELS_CODE:
+        asked = subprocess.run(
+            [sys.executable, "-I", "-c", "import importlib.util as u, json; print(json.dumps({n: "
+             "(u.find_spec(n) or 0) and u.find_spec(n).origin for n in ('autograder', 'dlcourse')}))"],
+            capture_output=True, text=True, cwd="/", timeout=120,
+        )  # fmt: skip
+        _KERNELS_CODE.append(json.loads(asked.stdout or "{}") if asked.returncode == 0 else {})
+    for name, origin in _KERNELS_CODE[0].items():
+        mine = Path(sys.modules[name].__file__).resolve() if name in sys.modules else None
+        if origin and mine is not None and Path(origin).resolve() != mine:
+            raise IsolationError(
+                f"this grader runs {name} from {mine.parent}, but its Python environment installs it from "
+                f"{Path(origin).resolve().parent}, which is what the kernels would run. Start the grader "
+                f"outside {mine.parents[1]} (python -m puts the current folder first; --course names the course), "
+                f"or install this copy: pip install -e {mine.parents[1]}"
+            )
 
 
 def resolved(settings: Settings) -> Settings:

@@ -107,3 +107,27 @@ def test_a_grader_whose_python_is_a_link_in_a_hidden_folder_runs_kernels_that_fi
     printed = "".join(found["printed"])
     assert "42" in printed, found  # the kernel started its own interpreter, through the links
     assert "['python3']" in printed, found  # of the link's folder, the link alone
+
+
+def test_a_grader_started_beside_another_copy_of_its_code_refuses_and_says_how_to_start_it(tmp_path):
+    """``python -m autograder`` started in a second copy of the course imports that copy first, while the kernels
+    import what the environment installs: they ran one copy and the grader decided with the other, and A5 to A8
+    failed their own references. The grader refuses, and says how to start it."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    for package in ("autograder", "dlcourse"):
+        shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    code = "from autograder.runner.isolation import resolve; print(resolve('auto').mode)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    beside = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert beside.returncode != 0
+    assert f"runs autograder from {tmp_path / 'autograder'}" in beside.stderr, beside.stderr[-2000:]
+    assert f"installs it from {root / 'autograder'}" in beside.stderr and "pip install -e" in beside.stderr
+    # started where its own code is the installed one, it grades
+    at_home = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    assert at_home.returncode == 0 and at_home.stdout.strip() in ("basic", "bubblewrap"), at_home.stderr[
+        -2000:
+    ]
