@@ -71,6 +71,10 @@ def withheld_texts(texts: list[str], hidden: frozenset[str]) -> tuple[list[bool]
     return alone, spells_out("".join(t for t, out in zip(texts, alone) if not out), hidden)
 
 
+NAME_WITHHELD = "an error whose name is withheld: it spells out a hidden test"
+MESSAGE_WITHHELD = "its message is withheld: it spells out a hidden test"
+
+
 def kernel_error(ename, evalue, hidden: frozenset[str] = frozenset()) -> str:
     """An error the student's code raised, as a message may quote it: its name and the start of its message;
     where those spell out a line of a hidden test (``hidden``, squeezed: the code that called the student's
@@ -81,8 +85,8 @@ def kernel_error(ename, evalue, hidden: frozenset[str] = frozenset()) -> str:
     if not spells_out(text, hidden):
         return text
     if not evalue or spells_out(name, hidden):
-        return "an error whose name is withheld: it spells out a hidden test"
-    return f"{name} (its message is withheld: it spells out a hidden test)"
+        return NAME_WITHHELD
+    return f"{name} ({MESSAGE_WITHHELD})"
 
 
 def _why_missing(entry: dict | None, hidden: frozenset[str] = frozenset()) -> str:

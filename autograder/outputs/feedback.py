@@ -183,16 +183,16 @@ def where_failed(
     among the ``outputs`` its run left; None without an error. ``hidden``: nbgrader's delimiters of the
     hidden tests; ``withheld``: the squeezed lines of the hidden tests that no output may spell out
     (:func:`autograder.grading.pipeline.hidden_test_lines`)."""
-    from autograder.grading.verify import spells_out
+    from autograder.grading.verify import MESSAGE_WITHHELD, NAME_WITHHELD, spells_out
 
     error = next((o for o in outputs if isinstance(o, dict) and o.get("output_type") == "error"), None)
     if error is None:
         return None
     ename, evalue = str(error.get("ename") or "an error"), str(error.get("evalue") or "")
     if spells_out(ename, withheld):  # (an exception class named after a hidden line)
-        ename = "an error whose name is withheld: it spells out a hidden test"
+        ename = NAME_WITHHELD
     if spells_out(f"{ename}: {evalue}", withheld):
-        evalue = "(its message is withheld: it spells out a hidden test)"
+        evalue = f"({MESSAGE_WITHHELD})"
     text = (
         f"{shorten(ename, 100)}: {shorten(evalue, MESSAGE_CHARS)}"
         if evalue
