@@ -25,6 +25,7 @@ from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
 from tests.fixtures.nbgrader_courses import autograded_points, hand_in, nbgrader, ours
+from tests.fixtures.nbgrader_courses import quickstart as example_course
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
 
@@ -43,8 +44,7 @@ def quickstart(tmp_path_factory) -> Path:
     """nbgrader's example course, released, with the honest submissions graded by plain nbgrader first
     (into a copy of the course) and the same submissions handed in to this one."""
     base = tmp_path_factory.mktemp("quickstart")
-    nbgrader(base, "quickstart", "course101")
-    root = base / "course101"
+    root = example_course(base)
     nbgrader(root, "generate_assignment", "ps1")
     names = ["problem1", "problem2"]
     source = {n: nbformat.read(str(root / "source" / "ps1" / f"{n}.ipynb"), as_version=4) for n in names}
@@ -184,8 +184,7 @@ def test_where_nbgrader_does_not_hold(tmp_path):
         pytest.skip(
             "no namespaces or bubblewrap here: the sandbox cannot hide the gradebook (doctor says so)"
         )
-    nbgrader(tmp_path, "quickstart", "course101")
-    root = tmp_path / "course101"
+    root = example_course(tmp_path)
     nbgrader(root, "generate_assignment", "ps1")
     source = {
         n: nbformat.read(str(root / "source" / "ps1" / f"{n}.ipynb"), as_version=4)

@@ -62,10 +62,9 @@ def test_an_answer_or_a_graded_cell_that_raises_is_still_refused(failing):
 def test_an_nbgrader_course_whose_ungraded_cell_raises_gets_nbgraders_scores(tmp_path):
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    from tests.fixtures.nbgrader_courses import autograded_points, hand_in, nbgrader, ours
+    from tests.fixtures.nbgrader_courses import autograded_points, hand_in, nbgrader, ours, quickstart
 
-    nbgrader(tmp_path, "quickstart", "course101")
-    root = tmp_path / "course101"
+    root = quickstart(tmp_path)
     path = root / "source" / "ps1" / "problem1.ipynb"
     nb = nbformat.read(str(path), as_version=4)
     nb.cells.insert(1, nbformat.v4.new_code_cell(PLOT))
