@@ -193,7 +193,7 @@ def canary_solutions(course: Course, aid: str, settings: Settings):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("aid", AIDS)
-def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkeypatch):
+def test_samples_grade_as_expected(aid, tmp_path, monkeypatch):
     # The grader's own environment asks for 4 BLAS threads, the sandbox gives each kernel 1: the
     # reference is built in the sandbox and calibrated across thread counts, so the grade cannot move.
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
@@ -226,9 +226,6 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
     settings = Settings(workers=1, isolation=ISOLATION[aid])
     results = {r.student_id: r for r in grade(course, aid, settings)}
     results["perfect"] = canary_solutions(course, aid, settings)
-    solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
-    solution.mkdir(parents=True)
-    shutil.copy(MAIN.source_notebook(aid), solution / f"{aid}.ipynb")
     summary = {sid: (r.score, r.status, r.reason[:120]) for sid, r in results.items()}
     assert results["perfect"].score == 100, summary
     assert results["colab"].score == 100, summary
@@ -249,11 +246,28 @@ def test_samples_grade_as_expected_and_agree_with_nbgrader(aid, tmp_path, monkey
         for problem in wrong_work.problems(entry, results[sid], shares, pack)
     ]
     assert not wrongly_graded, "\n".join(wrongly_graded)
+
+
+@pytest.mark.agreement
+@pytest.mark.parametrize("aid", AIDS)
+def test_plain_nbgrader_gives_the_source_full_marks_and_the_honest_partial_our_score(aid, tmp_path, monkeypatch):
+    """Plain nbgrader's own autograde (the course's hooks only) on the source and the partial sample: the source
+    earns full marks, the partial the score this grader gives it, in the settings of the test above (whose
+    reference and canary the run shares: :mod:`tests.fixtures.warm`)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    course = course_copy(tmp_path, [aid])
+    release(course, [aid])
+    partial = course.submission(aid, "partial")
+    partial.parent.mkdir(parents=True)
+    partial.write_text(samples(MAIN, aid)["partial"])
+    [ours] = grade(course, aid, Settings(workers=1, isolation=ISOLATION[aid]))
+    assert 0 < ours.score < 100 and ours.status == "graded", (ours.score, ours.status, ours.reason)
+    solution = course.root / "submitted" / "solution" / aid  # the source itself, for nbgrader only
+    solution.mkdir(parents=True)
+    shutil.copy(MAIN.source_notebook(aid), solution / f"{aid}.ipynb")
     plain = nbgrader_scores(course, aid, ["solution", "partial"])
     assert plain["solution"] == 100, "the source must earn full marks from nbgrader's own autograde"
-    assert plain["partial"] == results["partial"].score, (
-        "nbgrader and the autograder disagree on an honest partial"
-    )
+    assert plain["partial"] == ours.score, "nbgrader and the autograder disagree on an honest partial"
 
 
 @pytest.mark.parametrize("aid", AIDS)
