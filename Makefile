@@ -43,6 +43,7 @@ TEST_MARKS ?= not tooling and not agreement
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@echo 'tests marked "$(TEST_MARKS)" (plain nbgrader agreeing: make test-agreement; the developers'"'"' tools: make test-tools)'
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m "$(TEST_MARKS)" $(PYTEST_ARGS)
 
 ## test-agreement: plain nbgrader's own autograde on the same hand-ins gives the scores this grader gives (marker agreement; CI runs it with make test)
