@@ -1,8 +1,8 @@
 """The graded assignments: releases are generated and leak nothing, the sources earn full marks from
 plain nbgrader, the bundled sample submissions grade as they should with the autograder (the perfect one is
 the canary's solutions hand-in, byte for byte, and its result is the proof's; the colab one runs the same
-answers through a student's path), with the same scores as nbgrader on the honest ones, and each hand-in of the
-corpus of wrong work scores what its rules table promises (tests/fixtures/wrong_work.py)."""
+answers through a student's path), with the same scores as nbgrader on the honest ones (marker ``agreement``), and
+each hand-in of the corpus of wrong work scores what its rules table promises (tests/fixtures/wrong_work.py)."""
 
 from __future__ import annotations
 
@@ -248,9 +248,12 @@ def test_samples_grade_as_expected(aid, tmp_path, monkeypatch):
     assert not wrongly_graded, "\n".join(wrongly_graded)
 
 
-@pytest.mark.agreement
+@pytest.mark.slow
+@pytest.mark.agreement  # (plain nbgrader checks the grader, it is not a user's path: make test-agreement, and CI)
 @pytest.mark.parametrize("aid", AIDS)
-def test_plain_nbgrader_gives_the_source_full_marks_and_the_honest_partial_our_score(aid, tmp_path, monkeypatch):
+def test_plain_nbgrader_gives_the_source_full_marks_and_the_honest_partial_our_score(
+    aid, tmp_path, monkeypatch
+):
     """Plain nbgrader's own autograde (the course's hooks only) on the source and the partial sample: the source
     earns full marks, the partial the score this grader gives it, in the settings of the test above (whose
     reference and canary the run shares: :mod:`tests.fixtures.warm`)."""

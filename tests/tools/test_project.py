@@ -245,6 +245,26 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_make_tests_lint_reads_every_python_file_in_git_and_no_generated_release():
+    """ruff's excludes name the generated releases (the root's ``assignments/``) and nothing else of the course: a
+    pattern ``assignments`` alone also left ``tests/assignments/`` unlinted and unformatted."""
+    ruff = Path(__import__("sys").executable).parent / "ruff"
+    shown = subprocess.run(
+        [str(ruff), "check", "--no-cache", "--show-files", "."], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    read = {
+        Path(line).relative_to(ROOT).as_posix() for line in shown.splitlines() if line.startswith(str(ROOT))
+    }
+    python = [p.relative_to(ROOT).as_posix() for p in tracked("*.py")]
+    if not python:
+        pytest.skip("not a git checkout: no list of the course's files to compare with")
+    assert not [p for p in python if p not in read], "ruff (make test's lint) skips these"
+    assert not [p for p in read if p.startswith("assignments/")], (
+        "the releases are nbgrader's output, not ours"
+    )
+    assert [p for p in python if p.startswith("tests/assignments/")]
+
+
 def test_readme_links_every_lecture_and_assignment_and_nothing_else(root):
     readme = (root / "README.md").read_text()
     linked = set(
