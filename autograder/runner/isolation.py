@@ -203,12 +203,7 @@ def _same_code_in_the_kernels() -> None:
     with another, and see none of their own (the sandbox shows the grader's): a run that fails its reference
     for no reason of the instructor's."""
     if not _KERNELS_CODE:
-        asked = subprocess.run(
-            [sys.executable, "-I", "-c", "import importlib.util as u, json; print(json.dumps({n: "
-             "(u.find_spec(n) or 0) and u.find_spec(n).origin for n in ('autograder', 'dlcourse')}))"],
-            capture_output=True, text=True, cwd="/", timeout=120,
-        )  # fmt: skip
-        _KERNELS_CODE.append(json.loads(asked.stdout or "{}") if asked.returncode == 0 else {})
+        _KERNELS_CODE.append(_kernels_code())
     for name, origin in _KERNELS_CODE[0].items():
         mine = Path(sys.modules[name].__file__).resolve() if name in sys.modules else None
         if origin and mine is not None and Path(origin).resolve() != mine:
@@ -218,6 +213,22 @@ def _same_code_in_the_kernels() -> None:
                 f"outside {mine.parents[1]} (python -m puts the current folder first; --course names the course), "
                 f"or install this copy: pip install -e {mine.parents[1]}"
             )
+
+
+def _kernels_code() -> dict:
+    """Where a fresh interpreter of this environment (as a kernel starts it) finds ``autograder`` and ``dlcourse``:
+    name -> file; nothing where it could not say (the check is then not made, as before it existed). Its answer is
+    its last line: a ``sitecustomize`` or ``.pth`` of the environment may print before it."""
+    try:
+        asked = subprocess.run(
+            [sys.executable, "-I", "-c", "import importlib.util as u, json; print(json.dumps({n: "
+             "(u.find_spec(n) or 0) and u.find_spec(n).origin for n in ('autograder', 'dlcourse')}))"],
+            capture_output=True, text=True, cwd="/", timeout=120,
+        )  # fmt: skip
+        found = json.loads((asked.stdout.strip().splitlines() or ["{}"])[-1]) if asked.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(v, str)} if isinstance(found, dict) else {}
 
 
 def resolved(settings: Settings) -> Settings:

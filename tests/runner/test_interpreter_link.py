@@ -131,3 +131,28 @@ def test_a_grader_started_beside_another_copy_of_its_code_refuses_and_says_how_t
     assert at_home.returncode == 0 and at_home.stdout.strip() in ("basic", "bubblewrap"), at_home.stderr[
         -2000:
     ]
+
+
+def test_what_the_kernels_import_is_read_from_the_last_line_and_an_answer_without_one_checks_nothing(
+    monkeypatch,
+):
+    """A ``sitecustomize`` or ``.pth`` of the environment may print before the fresh interpreter answers; an answer
+    that is not one (a crash, a timeout, text) leaves the check out rather than stop every grader."""
+    from autograder.runner import isolation
+
+    def answering(stdout, code=0):
+        return lambda *a, **k: subprocess.CompletedProcess(a, code, stdout=stdout, stderr="")
+
+    monkeypatch.setattr(
+        isolation.subprocess, "run", answering('hello from a .pth\n{"autograder": "/x/a.py"}\n')
+    )
+    assert isolation._kernels_code() == {"autograder": "/x/a.py"}
+    for stdout, code in (("not json", 0), ('{"autograder": "/x/a.py"}', 1), ("", 0), ('["a"]', 0)):
+        monkeypatch.setattr(isolation.subprocess, "run", answering(stdout, code))
+        assert isolation._kernels_code() == {}, stdout
+
+    def slow(*a, **k):
+        raise subprocess.TimeoutExpired(a, 120)
+
+    monkeypatch.setattr(isolation.subprocess, "run", slow)
+    assert isolation._kernels_code() == {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -206,8 +207,6 @@ def test_set_up_cell_installs_nothing_locally(tmp_path):
         "print('PIP CALLS', calls)\n"
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    import sys
-
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "PIP CALLS []" in done.stdout and "Python" in done.stdout
@@ -248,7 +247,7 @@ def test_ci_runs_the_readme_test_command():
 def test_make_tests_lint_reads_every_python_file_in_git_and_no_generated_release():
     """ruff's excludes name the generated releases (the root's ``assignments/``) and nothing else of the course: a
     pattern ``assignments`` alone also left ``tests/assignments/`` unlinted and unformatted."""
-    ruff = Path(__import__("sys").executable).parent / "ruff"
+    ruff = Path(sys.executable).parent / "ruff"  # (make test's own)
     shown = subprocess.run(
         [str(ruff), "check", "--no-cache", "--show-files", "."], cwd=ROOT, capture_output=True, text=True
     ).stdout
