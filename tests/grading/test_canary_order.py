@@ -78,16 +78,23 @@ def crashed_solutions(notebook):
     return run_here(notebook, status="crashed", stop_after="square")
 
 
-def test_when_the_canary_fails_no_student_starts_after_it_and_nothing_is_recorded(toy_course):
+def test_when_the_canary_fails_no_student_starts_after_it_and_nothing_is_recorded(toy_course, monkeypatch):
     """One worker: the canary's two runs first; the worker may have taken the next hand-in before the failure
-    was known, but none after it (each student's run takes a while here, so the batch hears first)."""
+    was known, but none after it (a student's run here lasts until the batch has told its workers to stop)."""
+    import autograder.grading.batch
+
+    stops: list[threading.Event] = []
+    run_jobs = autograder.grading.batch.run_jobs
+    monkeypatch.setattr(
+        autograder.grading.batch, "run_jobs", lambda *args: stops.append(args[-1]) or run_jobs(*args)
+    )
 
     def answer(notebook):
         kind = toy_kind(notebook)
         if kind == "solutions":
             return crashed_solutions(notebook)
         if kind not in ("source", "release"):
-            time.sleep(0.3)
+            assert stops[-1].wait(30), "the batch never told its workers to stop"
         return run_here(notebook)
 
     fake = FakeSandboxes(answer)

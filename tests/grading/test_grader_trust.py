@@ -22,7 +22,7 @@ import pytest
 
 from autograder.commands import cli, workflows
 from autograder.course import Course, nbgrader_meta
-from autograder.grading import canary, pipeline
+from autograder.grading import batch, canary, pipeline
 from autograder.grading.batch import Listeners, grade
 from autograder.grading.canary import CanaryFailed
 from autograder.grading.reference import ReferenceError, build_reference, calibrate
@@ -188,20 +188,22 @@ def test_a_source_whose_release_earns_points_is_refused_and_nothing_is_recorded(
         submit(course, sid, filled(course, "T1"))
     taken, started, failed_at = [], [], []
 
-    class Taking(queue.Queue):  # the order in which the workers take jobs off the batch's queue
-        def get_nowait(self):
-            item = super().get_nowait()
+    class Taking(queue.Queue):  # the order the workers take jobs off the batch's queue in (under its lock)
+        def _get(self):
+            item = super()._get()
             if isinstance(item, pipeline.Job):
                 taken.append(item.sid)
             return item
 
     monkeypatch.setattr(pipeline, "queue", types.SimpleNamespace(Queue=Taking, Empty=queue.Empty))
-    grade_one = pipeline.grade_with_retry
+    grade_one, stops = pipeline.grade_with_retry, []
+    run_jobs = batch.run_jobs
+    monkeypatch.setattr(batch, "run_jobs", lambda *args: stops.append(args[-1]) or run_jobs(*args))
 
     def grading(b, job, *args):
         started.append((job.sid, time.monotonic()))
-        if not job.sid.startswith("canary/"):
-            time.sleep(0.5)  # a student's notebook takes longer than the canary's toy halves, as real ones do
+        if not job.sid.startswith("canary/"):  # a student's run lasts until the batch says stop
+            assert stops[-1].wait(60), "the batch never told its workers to stop"
         return grade_one(b, job, *args)
 
     monkeypatch.setattr(pipeline, "grade_with_retry", grading)

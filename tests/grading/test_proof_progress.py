@@ -26,9 +26,9 @@ def test_a_slow_reference_step_beats_at_least_every_n_seconds_and_stops_when_it_
     said: list[tuple[float, str]] = []
 
     def slow_build(course, aid, settings=None, force=False, say=None):
-        time.sleep(1.0)
+        time.sleep(1.5)
         say(f"{aid}: reference: run 1 of 1 done (1 thread, 1 s)")  # a step's own line resets the beat
-        time.sleep(1.0)
+        time.sleep(1.5)
         return SimpleNamespace(how="decided again from its kept runs")  # nothing ran: no probe after it
 
     monkeypatch.setattr(autograder.grading.canary, "build_reference", slow_build)
@@ -43,11 +43,14 @@ def test_a_slow_reference_step_beats_at_least_every_n_seconds_and_stops_when_it_
     assert all(t <= ended for t, _ in said), "a heartbeat after its step had ended"
     beats = [line for _, line in said if "still running" in line]
     assert all(re.fullmatch(r"T1: reference: still running, \d+ s", line) for line in beats), beats
-    assert len(beats) >= 2.0 / every - 4, said  # about one per `every` over the two seconds
+    # about one per `every` over the three seconds (a third of them: a loaded machine wakes late)
+    assert len(beats) >= 3.0 / every / 3, said
     assert "T1: reference: run 1 of 1 done (1 thread, 1 s)" in [line for _, line in said]
     times = [begun, *(t for t, _ in said if t >= begun), ended]
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert max(gaps) < every + 0.3, gaps  # the step's first line comes at once; then never a longer silence
+    # the step's first line comes at once; then never a silence as long as a step (a loaded machine may wake a beat
+    # late, so the bound is not `every` itself)
+    assert max(gaps) < every + 1.0 < 1.5, gaps
 
 
 def test_a_heartbeat_with_no_listener_starts_no_thread():
@@ -133,10 +136,12 @@ def test_grading_the_students_is_never_silent_for_long_either(tmp_path, monkeypa
     results = []
     (result,) = grade(course, "T1", Settings(workers=1), listeners=Listeners(on_progress=lambda line: said.append((time.monotonic(), line)), on_result=lambda r: results.append(time.monotonic())))  # fmt: skip
     beats = [t for t, line in said if line.startswith("T1: grading the students: still running")]
+    ended = time.monotonic()
+    time.sleep(4 * every)
     assert len(beats) >= 3, said  # the notebook sleeps 3 s
-    assert max(beats) < results[0], "no heartbeat after the last result"
+    assert results and all(t <= ended for t, _ in said), "a heartbeat after the batch was done"
     gaps = [b - a for a, b in zip(beats, beats[1:])]
-    assert max(gaps) < every + 0.5, gaps
+    assert max(gaps) < every + 1.0, gaps  # (a period of 1.5 s would beat twice in the 3 s)
     assert result.score == 100
 
 
