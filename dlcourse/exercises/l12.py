@@ -115,7 +115,7 @@ def synced_timer(c: Checker, fn) -> None:
     """``fn(step, sync, repeat, warmup)`` calls ``step()`` ``warmup`` times untimed, then times
     ``repeat`` calls and returns their durations in seconds, one per call; ``sync()`` waits until
     all queued work is done, and each duration must cover the work of exactly one call."""
-    cost, first_cost = 0.01, 0.2  # seconds; wide apart, so that a busy machine cannot blur them
+    cost, first_cost = 0.01, 0.3  # seconds; wide apart, so that a busy machine cannot blur them
     for repeat, warmup in ((5, 2), (3, 1)):
         gpu = _SimulatedGpu(warmup, first_cost, cost)
         label = f"repeat={repeat}, warmup={warmup}"
@@ -139,7 +139,7 @@ def synced_timer(c: Checker, fn) -> None:
         )
         c.true(
             f"{label}: no duration includes the warm-up's work ({first_cost * 1e3:.0f} ms a call)",
-            max(values) < 0.5 * first_cost,
+            max(values) < 0.9 * first_cost,  # (a duration that holds warm-up work holds all of a call's)
             hint=f"longest {max(values) * 1e3:.1f} ms: run the warm-up calls, then sync() before starting the clock",
         )
 
