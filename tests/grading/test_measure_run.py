@@ -100,7 +100,10 @@ if pid == 0:  # a process that leaves the kernel's tree before the measured cell
     if os.fork() == 0:
         import time
         import numpy
-        time.sleep(2)
+        for _ in range(600):  # until the measured cell has begun (its caps bind from then on)
+            if os.path.exists("go"):
+                break
+            time.sleep(0.1)
         try:
             numpy.ones(2**25)
             verdict = "allocated"
@@ -113,10 +116,20 @@ os.waitpid(pid, 0)
 """
 
 
+WAIT_FOR_THE_ORPHAN = """import os, time
+open("go", "w").close()
+for _ in range(600):
+    if os.path.exists("orphan.txt") and open("orphan.txt").read():
+        break
+    time.sleep(0.1)
+print(open("orphan.txt").read())
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES, ids="-".join)
 def test_a_process_started_before_the_measured_cell_is_capped_too(mode):
-    notebook = measured("import time\ntime.sleep(4)\nprint(open('orphan.txt').read())", {"memory_mb": 48})
+    notebook = measured(WAIT_FOR_THE_ORPHAN, {"memory_mb": 48})
     notebook.cells.insert(0, new_code_cell(ORPHAN))
     cells = run(notebook, mode)
     assert cells[2]["output"].strip() == "refused", cells

@@ -38,7 +38,7 @@ SUBMIT = "/api/assignments/T1/submissions"
 def attack(tmp_path_factory):
     """The toy course with T1 open, ``PER_HOUR`` submissions an hour, 1 MB notebooks, 2 workers, short timeouts."""
     settings = f'open = ["T1"]\nper_hour = {PER_HOUR}\nmax_notebook_mb = 1\n'
-    limits = ("--workers", "2", "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "30")
+    limits = ("--workers", "2", "--cell-timeout", str(CELL_TIMEOUT), "--timeout", "120")
     with service.toy_service(
         tmp_path_factory.mktemp("attack"), settings, (*STUDENTS, ODD_ID), *limits
     ) as made:
@@ -522,7 +522,7 @@ def test_a_huge_valid_notebook_and_one_of_thousands_of_cells_are_graded_and_one_
     for who, body in (("sam", padded), ("ivy", many)):
         start = time.monotonic()
         shown = server.wait_graded(tokens[who], submitted(server, tokens[who], body)["id"])
-        assert shown["score"] == 100.0 and time.monotonic() - start < 60, who
+        assert shown["score"] == 100.0 and time.monotonic() - start < 180, who
     over = with_cells(course, [nbformat.v4.new_markdown_cell("x" * 1_100_000)])
     assert server.offered(SUBMIT, tokens["sam"], over).startswith(b"HTTP/1.1 413")
 
@@ -542,14 +542,14 @@ def test_a_sleeping_notebook_does_not_hold_another_students_submission_behind_it
     time.sleep(1.0)  # its batch is under way
     start = time.monotonic()
     tinas = submitted(server, tokens["tina"], notebook_bytes(course))["id"]
-    try:
-        waited = None
-        while time.monotonic() - start < CELL_TIMEOUT - 1:
-            if server.call("GET", f"/api/submissions/{tinas}", tokens["tina"]).body["state"] == "graded":
-                waited = time.monotonic() - start
-                break
-            time.sleep(0.2)
-        assert waited is not None, "tina's submission waited for the sleeping one's timeout"
+    try:  # tina's run starts while the sleeping one still runs (how long hers takes is the machine's load)
+        overlapped = None
+        while overlapped is None and time.monotonic() - start < CELL_TIMEOUT + 30:
+            sleeping = server.call("GET", f"/api/submissions/{sleeper}", tokens["sleeper"]).body["state"]
+            if server.call("GET", f"/api/submissions/{tinas}", tokens["tina"]).body["state"] != "queued":
+                overlapped = sleeping == "running"
+            time.sleep(0.1)
+        assert overlapped, "tina's submission waited for the sleeping one's timeout"
     finally:  # either way: the sleeping one ends at its timeout, graded with nothing for its part
         shown = server.wait_graded(tokens["sleeper"], sleeper, seconds=60)
         assert shown["state"] == "graded" and shown["parts"][0]["points"] == 0.0
