@@ -10,6 +10,7 @@ import os
 import queue
 import subprocess
 import sys
+import threading
 import time
 import types
 import warnings
@@ -442,12 +443,11 @@ def test_a_probe_that_fails_beside_the_reference_refuses_the_batch_and_keeps_no_
     that fails still refuses everything, records nothing, and the reference made beside it is not kept."""
     course = toy_course(tmp_path)
     submit(course, "ada", filled(course, "T1"))
-    started = []
+    began, waited = threading.Event(), []
 
     def failing_probe(*args, **kwargs):
-        started.append(time.monotonic())
-        time.sleep(1.0)  # the reference's runs are under way meanwhile
-        started.append(time.monotonic())
+        waited.append(began.wait(60))  # the reference begins while the probe runs, not after it
+        time.sleep(1.0)  # its runs are under way meanwhile
         raise IsolationError("the probe found the solutions visible")
 
     monkeypatch.setattr(canary, "probe_isolation", failing_probe)
@@ -456,12 +456,12 @@ def test_a_probe_that_fails_beside_the_reference_refuses_the_batch_and_keeps_no_
 
     def build(*args, **kwargs):
         built.append(time.monotonic())
+        began.set()
         return real_build(*args, **kwargs)
 
     monkeypatch.setattr(canary, "build_reference", build)
     with pytest.raises(IsolationError, match="solutions visible"):
         grade(course, "T1", Settings(workers=1, limits=LIMITS))
-    # the reference did not wait for the probe: it began before the probe failed
-    assert built and len(started) == 2 and built[0] < started[1]
+    assert built and waited == [True]  # the reference did not wait for the probe
     assert not (course.reference_dir / "T1").exists()
     assert not any(course.results_dir("T1").glob("*.json"))  # nothing recorded
