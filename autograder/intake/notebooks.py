@@ -53,6 +53,8 @@ def execute_notebook(
     """
     from nbclient import NotebookClient
 
+    from autograder.runner.child import ready_kernel_manager_class
+
     nb = nbformat.read(str(path), as_version=4)
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="nbrun-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -62,6 +64,7 @@ def execute_notebook(
         kernel_name="python3",
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(workdir)}},
+        kernel_manager_class=ready_kernel_manager_class(),  # (its shell channel sees a reply a send hid)
     )
     start, cpu = time.perf_counter(), _children_cpu()
     client.execute(

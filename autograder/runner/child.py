@@ -164,9 +164,11 @@ def ready_client_class():
 
     import zmq.asyncio
     from jupyter_client.asynchronous import AsyncKernelClient
-    from traitlets import default
+    from traitlets import Type, default
 
     class ReadyClient(AsyncKernelClient):
+        shell_channel_class = Type(sliced_shell_channel_class())
+
         @default("context")
         def _reconnecting_context(self) -> zmq.asyncio.Context:
             self._created_context = True
@@ -200,6 +202,34 @@ def ready_client_class():
     return ReadyClient
 
 
+@functools.cache
+def sliced_shell_channel_class():
+    """jupyter_client's shell channel, whose wait for a message looks at the socket again every
+    :data:`SHELL_LOOK_S` seconds. zmq tells asyncio of a message by an edge-triggered file descriptor, and a send on
+    the same socket can take that edge: nbclient sends on the shell socket while it waits for a cell's reply (its
+    stand-in for an ipywidgets ``Output`` answers the widget), and the reply then sat unseen until the wait's
+    timeout ran out. Lecture 6's widget cell took the whole 360 s of its limit in about one run in 15 under load,
+    then went on as if nothing had happened. A wait in slices sees it within a slice."""
+    import time
+    from queue import Empty
+
+    from jupyter_client.channels import AsyncZMQSocketChannel
+
+    class SlicedShellChannel(AsyncZMQSocketChannel):
+        async def get_msg(self, timeout: float | None = None) -> dict:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = SHELL_LOOK_S if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    return await super().get_msg(timeout=min(SHELL_LOOK_S, left))
+                except Empty:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+
+    return SlicedShellChannel
+
+
+SHELL_LOOK_S = 0.5  # s: how often a wait for a shell message looks at its socket (what a missed edge costs)
 RECONNECT_MS = 5  # how often a driver's socket tries again to reach a kernel that has not bound it yet
 IOPUB_WAIT = 0.05  # s: after a kernel_info reply, how long an IOPub message may take before it is asked again
 

@@ -6,6 +6,7 @@ still arrive whole, and nothing of ``kernel_info`` may show in it."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from queue import Empty
 
 import nbformat
@@ -14,9 +15,11 @@ import pytest
 from autograder.runner.child import (
     IOPUB_WAIT,
     RECONNECT_MS,
+    SHELL_LOOK_S,
     make_client,
     ready_client_class,
     ready_kernel_manager_class,
+    sliced_shell_channel_class,
 )
 
 
@@ -99,6 +102,75 @@ def test_both_drivers_use_it():
     assert issubclass(ready_client_class(), AsyncKernelClient)
     assert make_client(10).kernel_manager_class is ready_kernel_manager_class()
     assert isinstance(ready_kernel_manager_class()(kernel_name="python3").client(), ready_client_class())
+
+
+def test_the_lecture_runner_uses_it_too(monkeypatch):
+    import nbclient
+
+    from autograder.intake.notebooks import execute_notebook
+
+    made = []
+
+    class Caught(Exception):
+        pass
+
+    class Recording(nbclient.NotebookClient):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs.get("kernel_manager_class"))
+            raise Caught
+
+    monkeypatch.setattr(nbclient, "NotebookClient", Recording)
+    with pytest.raises(Caught):
+        execute_notebook(Path(__file__).parents[2] / "lectures" / "01_setup.ipynb")
+    assert made == [ready_kernel_manager_class()]
+    client = ready_kernel_manager_class()(kernel_name="python3").client()
+    assert client.shell_channel_class is sliced_shell_channel_class()
+
+
+class HiddenReply:
+    """A shell socket whose message is there but unseen, as after a send took zmq's edge: a poll sees it only when
+    its timeout runs out (what pyzmq's poll then looks at once more), and each poll's timeout is noted."""
+
+    def __init__(self, ready_from_poll: int | None):
+        self.ready_from_poll, self.polls = ready_from_poll, []
+
+    async def poll(self, timeout_ms=None):
+        self.polls.append(timeout_ms)
+        await asyncio.sleep((timeout_ms or 0) / 1000)
+        return int(self.ready_from_poll is not None and len(self.polls) >= self.ready_from_poll)
+
+
+def sliced_channel(socket):
+    channel = sliced_shell_channel_class().__new__(sliced_shell_channel_class())
+    channel.socket = socket
+
+    async def receive():
+        return {"msg_type": "execute_reply"}
+
+    channel._recv = receive
+    return channel
+
+
+def test_a_reply_a_send_hid_is_seen_within_a_slice_not_at_the_end_of_the_wait():
+    socket = HiddenReply(ready_from_poll=1)
+    # nbclient waits for a cell's reply with the cell's whole timeout (360 s for lecture 6): asked once, such a
+    # socket would answer then; in slices, the first slice's end finds it
+    assert asyncio.run(sliced_channel(socket).get_msg(timeout=360))["msg_type"] == "execute_reply"
+    assert socket.polls == [SHELL_LOOK_S * 1000]
+    socket = HiddenReply(ready_from_poll=3)  # (a wait without a timeout is sliced as well)
+    assert asyncio.run(sliced_channel(socket).get_msg())["msg_type"] == "execute_reply"
+    assert socket.polls == [SHELL_LOOK_S * 1000] * 3
+
+
+def test_a_sliced_wait_with_nothing_to_read_still_ends_at_its_timeout():
+    socket = HiddenReply(ready_from_poll=None)
+    with pytest.raises(Empty):
+        asyncio.run(sliced_channel(socket).get_msg(timeout=2.5 * SHELL_LOOK_S))
+    assert len(socket.polls) >= 3 and all(ms <= SHELL_LOOK_S * 1000 for ms in socket.polls), socket.polls
+    assert sum(socket.polls) <= 2.5 * SHELL_LOOK_S * 1000  # it asked for no more than its timeout, in all
+    with pytest.raises(Empty):  # and a timeout of 0 looks once, at once
+        asyncio.run(sliced_channel(socket := HiddenReply(None)).get_msg(timeout=0))
+    assert socket.polls == [0]
 
 
 @pytest.mark.slow
