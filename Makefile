@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo lab test test-agreement test-tools bench bench-quick gpu-check colab-check format strip release wheel doctor clean
+.PHONY: setup demo lab test test-agreement test-load test-tools bench bench-quick gpu-check colab-check format strip release wheel doctor clean
 
 ## setup: create .venv and install the pinned environment and the project (skips when nothing changed)
 setup: $(STAMP)
@@ -37,18 +37,22 @@ lab: setup
 	JUPYTER_CONFIG_PATH=$(CURDIR) $(VENV)/bin/jupyter lab --notebook-dir=.  # jupyter_server_config.py: the course's content-security policy
 
 ## test: lint, then the test suite on two workers (one BLAS thread each, for speed only: grades do not depend on it)
-# TEST_MARKS: which markers; CI adds the agreement with plain nbgrader (TEST_MARKS="not tooling": one session, whose
-# tests share the assignments' references)
-TEST_MARKS ?= not tooling and not agreement
+# TEST_MARKS: which markers; CI adds the agreement with plain nbgrader and the tests that load the machine
+# (TEST_MARKS="not tooling": one session, whose tests share the assignments' references)
+TEST_MARKS ?= not tooling and not agreement and not load
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	@echo 'tests marked "$(TEST_MARKS)" (plain nbgrader agreeing: make test-agreement; the developers'"'"' tools: make test-tools)'
+	@echo 'tests marked "$(TEST_MARKS)" (plain nbgrader agreeing: make test-agreement; the machine loaded: make test-load; the developers'"'"' tools: make test-tools)'
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m "$(TEST_MARKS)" $(PYTEST_ARGS)
 
 ## test-agreement: plain nbgrader's own autograde on the same hand-ins gives the scores this grader gives (marker agreement; CI runs it with make test)
 test-agreement: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m agreement $(PYTEST_ARGS)
+
+## test-load: a deadline's burst on a real service, and a grade unmoved by busy loops beside it (marker load; CI runs it with make test)
+test-load: setup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 --dist worksteal -m load $(PYTEST_ARGS)
 
 ## test-tools: the tests that run the developers' tools for real and time a warm parent's start (marker tooling: make bench --quick, a mutant graded, ...)
 test-tools: setup

@@ -236,6 +236,7 @@ def test_a5_a_loop_behind_a_fake_profiler_earns_no_fused_step_point(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.load  # (its busy loops take both cores from every test beside it: make test-load, and CI)
 def test_a5s_correct_samples_get_full_marks_on_a_loaded_machine(tmp_path):
     """A grade must not move with the grading machine's load: A5's correct samples (its timed part now measured in
     CPU seconds relative to the solutions') graded while two processes keep every core busy."""

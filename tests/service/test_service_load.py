@@ -2,13 +2,17 @@
 interface while others ask how their submission is doing. Every acknowledged submission is graded once (none lost,
 none doubled) with the score its notebook earns, status requests keep answering fast, and the queue position of a
 student's first submission only ever goes down (a second one waits for the first, and others may pass it meanwhile:
-its position counts them once they are graded ahead of it). (The full spike, 300 from 150 students, is ``make bench``'s.)"""
+its position counts them once they are graded ahead of it). (The full spike, 300 from 150 students, is ``make bench``'s.)
+Marker ``load``: the burst keeps both cores busy for half a minute and slows every test beside it, so ``make test``
+leaves it out of its time budget; ``make test-load`` runs it, and CI runs it in ``make test``'s session."""
 
 from __future__ import annotations
 
 import statistics
 import threading
 import time
+
+import pytest
 
 from autograder.service.store import Store
 from tests.fixtures import service
@@ -19,6 +23,7 @@ EACH = 2
 WINDOW_SECONDS = 10.0
 
 
+@pytest.mark.load  # (its burst keeps both cores busy: make test-load, and CI in make test's session)
 def test_a_deadline_of_forty_submissions_is_graded_once_each_and_status_keeps_answering(tmp_path):
     course = warm_copy(["A1"], tmp_path)
     (course.root / "service.toml").write_text('open = ["A1"]\nper_hour = 6\n')
