@@ -24,7 +24,7 @@ from autograder.intake.samples import strip_nbgrader_metadata
 from autograder.runner.isolation import resolve
 from autograder.runner.sandbox import Limits
 from autograder.settings import Settings
-from tests.fixtures.nbgrader_courses import autograded_points, hand_in, nbgrader, ours
+from tests.fixtures.nbgrader_courses import autograded_points, generate_assignment, hand_in, nbgrader, ours
 from tests.fixtures.nbgrader_courses import quickstart as example_course
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="grading runs on Linux only")
@@ -45,7 +45,7 @@ def quickstart(tmp_path_factory) -> Path:
     (into a copy of the course) and the same submissions handed in to this one."""
     base = tmp_path_factory.mktemp("quickstart")
     root = example_course(base)
-    nbgrader(root, "generate_assignment", "ps1")
+    generate_assignment(root, "ps1")
     names = ["problem1", "problem2"]
     source = {n: nbformat.read(str(root / "source" / "ps1" / f"{n}.ipynb"), as_version=4) for n in names}
     release = {n: nbformat.read(str(root / "release" / "ps1" / f"{n}.ipynb"), as_version=4) for n in names}
@@ -138,7 +138,7 @@ def fixtures_course(tmp_path_factory) -> Path:
     (root / "source" / "ps1").mkdir(parents=True)
     shutil.copy(FIXTURES / "submitted-changed.ipynb", root / "source" / "ps1" / "p1.ipynb")
     (root / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "fixtures"\n')
-    nbgrader(root, "generate_assignment", "ps1")
+    generate_assignment(root, "ps1")
     for sid in ("unchanged", "changed", "cheat-attempt", "cheat-attempt-alternative"):
         folder = root / "submitted" / sid / "ps1"
         folder.mkdir(parents=True)
@@ -185,7 +185,7 @@ def test_where_nbgrader_does_not_hold(tmp_path):
             "no namespaces or bubblewrap here: the sandbox cannot hide the gradebook (doctor says so)"
         )
     root = example_course(tmp_path)
-    nbgrader(root, "generate_assignment", "ps1")
+    generate_assignment(root, "ps1")
     source = {
         n: nbformat.read(str(root / "source" / "ps1" / f"{n}.ipynb"), as_version=4)
         for n in ("problem1", "problem2")
@@ -303,7 +303,7 @@ def realistic_course(root: Path) -> None:
 def test_what_real_courses_contain(tmp_path):
     root = tmp_path / "real"
     realistic_course(root)
-    nbgrader(root, "generate_assignment", "hw1")
+    generate_assignment(root, "hw1")
     release = nbformat.read(str(root / "release" / "hw1" / "Übung 1.ipynb"), as_version=4)
     assert release.cells[0].source == "# Course header"  # nbgrader's header, as configured
     source = nbformat.read(str(root / "source" / "hw1" / "Übung 1.ipynb"), as_version=4)

@@ -62,7 +62,14 @@ def test_an_answer_or_a_graded_cell_that_raises_is_still_refused(failing):
 def test_an_nbgrader_course_whose_ungraded_cell_raises_gets_nbgraders_scores(tmp_path):
     if sys.platform != "linux":
         pytest.skip("grading runs on Linux only")
-    from tests.fixtures.nbgrader_courses import autograded_points, hand_in, nbgrader, ours, quickstart
+    from tests.fixtures.nbgrader_courses import (
+        autograded_points,
+        generate_assignment,
+        hand_in,
+        nbgrader,
+        ours,
+        quickstart,
+    )
 
     root = quickstart(tmp_path)
     path = root / "source" / "ps1" / "problem1.ipynb"
@@ -70,7 +77,7 @@ def test_an_nbgrader_course_whose_ungraded_cell_raises_gets_nbgraders_scores(tmp
     nb.cells.insert(1, nbformat.v4.new_code_cell(PLOT))
     nbformat.write(nb, str(path))
     (root / "source" / "ps1" / "problem2.ipynb").unlink()
-    nbgrader(root, "generate_assignment", "ps1")
+    generate_assignment(root, "ps1")
     hand_in(root, "solutions", "ps1", {"problem1": nbformat.read(str(path), as_version=4)})
     release = nbformat.read(str(root / "release" / "ps1" / "problem1.ipynb"), as_version=4)
     hand_in(root, "release", "ps1", {"problem1": release})
